@@ -1,0 +1,89 @@
+"""Framework backends, found through the `sciperf.backends` entry-point group.
+
+No if/else on framework names: installing `sciperf_pytorch` or `sciperf_tensorflow`
+registers its backend; `sciperf` itself never imports a framework.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from sciperf.errors import SciperfError
+
+GROUP = "sciperf.backends"
+
+
+@dataclass
+class RunContext:
+    """What the framework-neutral driver hands a backend: the resolved plan for this rank."""
+
+    cfg: Any
+    spec: Any
+    train_files: list[Path]
+    eval_files: list[Path]
+    local_batch: int
+    rank: int = 0
+    world: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpochResult:
+    """Training statistics of one epoch on this rank."""
+
+    samples: int
+    loss: float
+    seconds: float
+
+
+class Backend(ABC):
+    """The four things the driver needs from a framework; models never log (rule 8)."""
+
+    name: str = "?"
+
+    @abstractmethod
+    def setup(self, ctx: RunContext) -> None:
+        """Build model, optimizer and loaders (counted in init time)."""
+
+    @abstractmethod
+    def parameter_count(self) -> int:
+        """Trainable parameters of the built model."""
+
+    @abstractmethod
+    def train_epoch(self, epoch: int, lr: float,
+                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
+        """One pass over this rank's training shard at learning rate `lr`."""
+
+    @abstractmethod
+    def evaluate(self) -> float:
+        """The quality metric over the whole validation set (reduced over ranks)."""
+
+    def info(self) -> dict[str, str]:
+        """Versions and devices, recorded in the summary so results say what ran."""
+        return {}
+
+
+def available() -> dict[str, Any]:
+    """Installed backends by name."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def load_backend(name: str) -> Backend:
+    """Instantiate backend `name`, or say which exist and how to install the missing one."""
+    eps = available()
+    if name not in eps:
+        have = ", ".join(sorted(eps)) or "none"
+        raise SciperfError(
+            f"framework '{name}' is not installed (installed backends: {have}); "
+            f"install frameworks/{name} (see README)"
+        )
+    try:
+        cls = eps[name].load()
+    except ImportError as exc:
+        raise SciperfError(f"framework '{name}' failed to import: {exc}") from exc
+    return cls()

@@ -1,0 +1,161 @@
+"""`sciperf <verb> key=value …`: the one console command.
+
+Verbs take Hydra overrides. User errors end in one line on stderr and exit code 2
+(DESIGN.md rule 10); `--debug` (or SCIPERF_DEBUG=1) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sciperf.errors import SciperfError
+
+VERBS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {}
+
+
+def verb(name: str, help_text: str) -> Callable:
+    """Register a CLI verb."""
+    def wrap(fn: Callable[[argparse.Namespace], int]) -> Callable:
+        VERBS[name] = (help_text, fn)
+        return fn
+    return wrap
+
+
+def _cfg(args: argparse.Namespace):
+    from sciperf.config import compose
+    return compose(args.overrides)
+
+
+@verb("prepare", "generate (data.source=synthetic) or verify the dataset")
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from sciperf.prepare import prepare
+    prepare(_cfg(args), force=args.force)
+    return 0
+
+
+@verb("train", "train one instance to its target; writes OUT/result_0.txt + summary.json")
+def cmd_train(args: argparse.Namespace) -> int:
+    from sciperf.train import require_dataset, train
+    cfg = _cfg(args)
+    require_dataset(cfg)
+    summary = train(cfg)
+    _print_summary(summary, cfg.output_dir)
+    return 0 if summary["status"] == "success" else 1
+
+
+@verb("check", "run the official MLPerf compliance checker (hpc 3.0.0) on result logs")
+def cmd_check(args: argparse.Namespace) -> int:
+    from sciperf.check import check_log
+    if not args.overrides:
+        raise SciperfError("usage: sciperf check RESULT_FILE [RESULT_FILE …]")
+    verdicts = [check_log(p) for p in args.overrides]
+    for v in verdicts:
+        print(v.line())
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+@verb("run", "the main job: prepare (if missing) + train + check")
+def cmd_run(args: argparse.Namespace) -> int:
+    from sciperf.check import check_log
+    from sciperf.prepare import prepare
+    from sciperf.train import RESULT_FILE, train
+    cfg = _cfg(args)
+    prepare(cfg, force=args.force)
+    summary = train(cfg)
+    verdict = check_log(Path(cfg.output_dir) / RESULT_FILE)
+    _print_summary(summary, cfg.output_dir)
+    print(verdict.line())
+    return 0 if summary["status"] == "success" and verdict.ok else 1
+
+
+@verb("show", "print the composed config (after overrides) as YAML")
+def cmd_show(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+    print(OmegaConf.to_yaml(_cfg(args)), end="")
+    return 0
+
+
+@verb("bench", "measure training and input throughput; writes JSON (see `make bench`)")
+def cmd_bench(args: argparse.Namespace) -> int:
+    from sciperf.bench import bench
+    return bench(args.overrides)
+
+
+@verb("info", "versions of sciperf, the installed backends and the machine")
+def cmd_info(args: argparse.Namespace) -> int:
+    from sciperf.info import info
+    print(json.dumps(info(), indent=2))
+    return 0
+
+
+def _print_summary(summary: dict, out: str) -> None:
+    """A short human table after a run."""
+    rows = [
+        ("status", summary["status"]),
+        ("benchmark / framework", f"{summary['benchmark']} / {summary['framework']}"),
+        ("experiment / precision", f"{summary['experiment']} / {summary['precision']}"),
+        ("epochs", summary["epochs"]),
+        ("time to train", _secs(summary["time_to_train_s"])),
+        ("train throughput", _rate(summary["samples_per_s"])),
+        (f"final {summary['metric_name']}", _num(summary["final_metric"])
+         + f" (target {summary['target']})"),
+        ("parameters", f"{summary['parameter_count']:,}" if summary["parameter_count"] else "-"),
+        ("results", f"{out}/result_0.txt, {out}/summary.json"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} s"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} samples/s"
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def parser() -> argparse.ArgumentParser:
+    """Argument parser listing every verb."""
+    p = argparse.ArgumentParser(
+        prog="sciperf",
+        description="MLPerf-HPC scientific-ML benchmarks (CosmoFlow, …) in PyTorch and "
+                    "TensorFlow over one spec. Verbs take Hydra overrides key=value, e.g. "
+                    "`sciperf run workload=cosmoflow framework=pytorch experiment=mini`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="verbs:\n" + "\n".join(f"  {n:<8} {h}" for n, (h, _) in VERBS.items()),
+    )
+    p.add_argument("verb", choices=list(VERBS), metavar="VERB", help="one of the verbs below")
+    p.add_argument("overrides", nargs="*", help="key=value overrides (or files for `check`)")
+    p.add_argument("--force", action="store_true", help="prepare: regenerate existing data")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `sciperf` console script."""
+    args = parser().parse_args(argv)
+    debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
+    try:
+        return VERBS[args.verb][1](args)
+    except SciperfError as exc:
+        if debug:
+            raise
+        print(f"sciperf {args.verb}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"sciperf {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Hydra composition: schema, config groups, and one-line errors for bad overrides.
+
+The primary config and most groups are YAML under ``configs/``; the `workload` group is
+generated from ``sciperf.workloads`` so benchmark numbers are never retyped in YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sciperf.errors import SciperfError
+from sciperf.workloads import WORKLOADS, get_spec
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class DataConfig:
+    """Keys every workload understands under `data.`."""
+
+    dir: str = "data/${benchmark}"
+    format: str = "npy"
+    source: str = "synthetic"  # synthetic | existing
+    train_samples: int = 0
+    eval_samples: int = 0
+    loader: str = "native"
+    shuffle: bool = True
+    prefetch: int = 4
+
+
+@dataclass
+class TrainConfig:
+    """Keys every workload understands under `train.`."""
+
+    global_batch_size: int = 64
+    max_epochs: int = 100
+    target: float = 0.0
+    log_every: int = 0  # steps between progress lines inside an epoch (0: per epoch only)
+
+
+@dataclass
+class SystemConfig:
+    """Site facts; org/platform feed the MLLOG submission keys (DESIGN.md rule 8)."""
+
+    name: str = "local"
+    submission_org: str = "sciperf"
+    submission_platform: str = "local"
+    submission_division: str = "closed"
+    submission_status: str = "research"
+    nodes: int = 1
+    accelerators_per_node: int = 0
+    cpus_per_node: int = 0
+
+
+@dataclass
+class FrameworkConfig:
+    """Which backend (entry point in group `sciperf.backends`) and its generic knobs."""
+
+    name: str = "pytorch"
+    threads: int = 0  # 0: all cores of the allocation
+    channels_last: bool = True
+    compile: bool = False
+
+
+@dataclass
+class RootConfig:
+    """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
+
+    benchmark: str = "cosmoflow"
+    experiment: str = "mini"
+    seed: int = 0
+    precision: str = "fp32"
+    output_dir: str = "results/${benchmark}-${framework.name}-${experiment}"
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: dict[str, Any] = field(default_factory=dict)
+    opt: dict[str, Any] = field(default_factory=dict)
+    framework: FrameworkConfig = field(default_factory=FrameworkConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+    launcher: dict[str, Any] = field(default_factory=dict)
+    container: dict[str, Any] = field(default_factory=dict)
+
+
+def config_dir() -> Path:
+    """Location of the Hydra config groups: $SCIPERF_CONFIG_DIR or the checkout's configs/."""
+    env = os.environ.get("SCIPERF_CONFIG_DIR")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+    if not (path / "config.yaml").is_file():
+        raise SciperfError(f"config directory {path} has no config.yaml (set SCIPERF_CONFIG_DIR)")
+    return path
+
+
+def _register() -> None:
+    """Put the schema and the spec-generated workload nodes into Hydra's ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="sciperf_schema", node=RootConfig)
+    for name in WORKLOADS:
+        store.store(group="workload", name=name, node=get_spec(name).default_config(),
+                    package="_global_")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """Compose the run config from `key=value` overrides; user errors become SciperfError."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    _register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            cfg = hydra_compose("config", overrides=list(overrides))
+        OmegaConf.resolve(cfg)
+    except Exception as exc:  # Hydra/OmegaConf raise many types; all are user errors here
+        raise SciperfError(_one_line(exc)) from exc
+    validate(cfg)
+    return cfg
+
+
+def _one_line(exc: Exception) -> str:
+    """Condense a Hydra/OmegaConf error to one line that still lists the valid choices."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    head = (lines[0] if lines else type(exc).__name__).replace("In 'config': ", "")
+    if "Available options" in text:
+        opts = text.split("Available options", 1)[1].split("Config search path")[0]
+        choices = [ln.strip() for ln in opts.splitlines()[1:] if ln.strip()]
+        return f"{head}; valid choices: {', '.join(choices)}"
+    if head.startswith("Could not override"):
+        return f"unknown config key: {head} (check the spelling; `sciperf show` prints all keys)"
+    if head.startswith("Error parsing override"):
+        return f"{head}: overrides are key=value"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip():
+        reason = str(cause).strip().splitlines()[0]
+        return f"{head}: {reason}"
+    return head
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check the values the schema cannot: choices, and workload sections against the spec."""
+    if cfg.precision not in PRECISIONS:
+        raise SciperfError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
+    spec = get_spec(cfg.benchmark)
+    if cfg.data.format not in spec.DATA_FORMATS:
+        raise SciperfError(
+            f"data.format={cfg.data.format} is not one of {', '.join(spec.DATA_FORMATS)}"
+        )
+    for section, cls in (("model", spec.ModelSpec), ("opt", spec.OptimizerSpec)):
+        known = set(cls.__dataclass_fields__)
+        unknown = set(cfg[section]) - known
+        if unknown:
+            raise SciperfError(
+                f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {', '.join(sorted(known))}"
+            )
+    if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
+        raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
+
+
+def to_container(cfg: DictConfig) -> dict:
+    """Plain resolved dict (for JSON summaries and hashing)."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Identify an experiment: hash of the resolved config without run-local paths."""
+    data = to_container(cfg)
+    data.pop("output_dir", None)
+    data.get("data", {}).pop("dir", None)
+    blob = json.dumps(data, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

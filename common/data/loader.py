@@ -1,0 +1,103 @@
+"""A framework-free prefetching batch loader: threads read samples while the model computes.
+
+Frameworks wrap it thinly (tensor conversion, device copy, log1p on the device). Reading
+runs in a small thread pool (numpy file reads and zlib release the GIL), batches are
+assembled into fresh arrays and queued `prefetch` deep, so input overlaps compute.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ReadFn = Callable[[Path], tuple[np.ndarray, np.ndarray]]
+_DONE = object()
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Sample order of one epoch: a permutation fixed by (seed, epoch), or identity."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng([seed, epoch, 0x5C1]).permutation(n)
+
+
+class BatchLoader:
+    """Yields (x, y) numpy batches of one shard, `batch_size` each, dropping no sample.
+
+    The sample count must divide by the batch size (checked by the caller against the
+    reference divisibility rule), so every rank runs the same number of steps.
+    """
+
+    def __init__(self, files: Sequence[Path], read: ReadFn, batch_size: int, seed: int = 0,
+                 shuffle: bool = True, prefetch: int = 4, workers: int = 2):
+        if len(files) % batch_size:
+            raise ValueError(f"{len(files)} files do not divide into batches of {batch_size}")
+        self.files, self.read, self.batch_size = list(files), read, batch_size
+        self.seed, self.shuffle = seed, shuffle
+        self.prefetch, self.workers = max(prefetch, 1), max(workers, 1)
+
+    def __len__(self) -> int:
+        return len(self.files) // self.batch_size
+
+    def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Batches of `epoch` in its shuffled order; stops the reader if abandoned early."""
+        order = epoch_order(len(self.files), self.seed, epoch, self.shuffle)
+        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._produce, args=(order, out, stop), daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = out.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():
+                try:
+                    out.get_nowait()
+                except queue.Empty:
+                    thread.join(timeout=0.05)
+
+    def _produce(self, order: np.ndarray, out: queue.Queue, stop: threading.Event) -> None:
+        """Reader thread: keep a bounded window of reads in flight, stack batches, queue them."""
+        try:
+            window = self.batch_size * (self.prefetch + 1)
+            paths = iter([self.files[i] for i in order])
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="sciperf-read") as pool:
+                pending: deque[Future] = deque(
+                    pool.submit(self.read, p) for p in itertools.islice(paths, window))
+                for _ in range(len(self)):
+                    if stop.is_set():
+                        return
+                    batch = []
+                    for _ in range(self.batch_size):
+                        batch.append(pending.popleft().result())
+                        nxt = next(paths, None)
+                        if nxt is not None:
+                            pending.append(pool.submit(self.read, nxt))
+                    xs = np.stack([s[0] for s in batch])
+                    ys = np.stack([s[1] for s in batch])
+                    self._put(out, (xs, ys), stop)
+            self._put(out, _DONE, stop)
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            self._put(out, exc, stop)
+
+    @staticmethod
+    def _put(out: queue.Queue, item: object, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue

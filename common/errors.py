@@ -1,0 +1,12 @@
+"""The one exception type users see.
+
+Errors a user can cause (bad override, missing file, corrupt sample, …) are raised as
+:class:`SciperfError`; the CLI prints them as one line and exits non-zero instead of a
+traceback wall (DESIGN.md rule 10).
+"""
+
+
+class SciperfError(Exception):
+    """A user-facing error: the message names the file or key and says what is wrong."""
+
+    exit_code = 2

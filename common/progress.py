@@ -1,0 +1,54 @@
+"""Progress for long work: a line per step group or epoch with throughput and ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def fmt_duration(seconds: float) -> str:
+    """12.3s / 4m05s / 1h02m, for ETAs and summaries."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Progress:
+    """Counts items toward a total; prints at most every `every` seconds and at the end.
+
+    Writes to stderr so stdout stays machine-readable; on a terminal it redraws one line,
+    in logs (Slurm output files, CI) it prints whole lines.
+    """
+
+    def __init__(self, total: int, label: str, unit: str = "samples", every: float = 2.0,
+                 enabled: bool = True):
+        self.total, self.label, self.unit, self.every = total, label, unit, every
+        self.enabled = enabled
+        self.done = 0
+        self.start = time.perf_counter()
+        self._last = 0.0
+        self._tty = sys.stderr.isatty()
+
+    def update(self, n: int = 1) -> None:
+        """Add `n` finished items and maybe print."""
+        self.done += n
+        now = time.perf_counter()
+        if self.done >= self.total or now - self._last >= self.every:
+            self._last = now
+            self._print(now)
+
+    def _print(self, now: float) -> None:
+        if not self.enabled:
+            return
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        pct = 100.0 * self.done / max(self.total, 1)
+        text = (f"{self.label}: {self.done}/{self.total} {self.unit} ({pct:5.1f}%) "
+                f"{rate:.1f} {self.unit}/s, ETA {fmt_duration(eta)}")
+        end = "\n" if (not self._tty or self.done >= self.total) else ""
+        print(("\r" if self._tty else "") + text, end=end, file=sys.stderr, flush=True)

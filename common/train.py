@@ -1,0 +1,169 @@
+"""The framework-neutral run driver: MLLOG phases, schedule, stop-at-target, summary.
+
+Both framework backends plug into this one loop, so event order, epoch numbering and
+the success rule are identical across frameworks by construction.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sciperf import __version__
+from sciperf.backends import EpochResult, RunContext, load_backend
+from sciperf.config import config_hash, to_container
+from sciperf.data.sharding import check_divisibility, local_batch_size, shard
+from sciperf.errors import SciperfError
+from sciperf.mllog import MLLogger
+from sciperf.progress import fmt_duration
+from sciperf.workloads import get_spec
+
+RESULT_FILE = "result_0.txt"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class RunState:
+    """What the loop accumulates; becomes summary.json."""
+
+    epochs: int = 0
+    train_samples_seen: int = 0
+    train_seconds: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+    metric: float | None = None
+    success: bool = False
+
+
+def resolve_files(cfg: Any, rank: int, world: int) -> tuple[list[Path], list[Path], int]:
+    """This rank's train/eval files and local batch, after the divisibility checks."""
+    local_batch = local_batch_size(cfg.train.global_batch_size, world)
+    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
+    train = data.list_samples(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
+    evals = data.list_samples(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
+    check_divisibility(len(train), world, local_batch, "data.train_samples")
+    check_divisibility(len(evals), world, local_batch, "data.eval_samples")
+    return shard(train, rank, world), shard(evals, rank, world), local_batch
+
+
+def train(cfg: Any, rank: int = 0, world: int = 1) -> dict[str, Any]:
+    """Run one training instance to its target (or max_epochs); returns the summary."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = get_spec(cfg.benchmark)
+    mll = MLLogger(out / RESULT_FILE, enabled=rank == 0)
+    t0 = time.time()
+    mll.init_start()
+    mll.submission(spec.NAME, cfg.system)
+    state, backend, run_start = RunState(), None, None
+    try:
+        backend = load_backend(cfg.framework.name)
+        train_files, eval_files, local_batch = resolve_files(cfg, rank, world)
+        n_train, n_eval = len(train_files) * world, len(eval_files) * world
+        mll.hyperparameters(spec.mllog_hyperparameters(cfg, n_train, n_eval))
+        mll.event("seed", int(cfg.seed))
+        backend.setup(RunContext(cfg, spec, train_files, eval_files, local_batch, rank, world))
+        mll.end("init_stop")
+        run_start = time.time()
+        mll.start("run_start")
+        _loop(cfg, spec, backend, mll, state, rank)
+    except BaseException:
+        if run_start is not None:
+            mll.run_stop(False, state.epochs)
+        _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, rank)
+        mll.close()
+        raise
+    mll.run_stop(state.success, state.epochs)
+    mll.close()
+    status = "success" if state.success else "aborted"
+    return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, rank)
+
+
+def _loop(cfg: Any, spec: Any, backend: Any, mll: MLLogger, state: RunState, rank: int) -> None:
+    """Epochs until the target is met or train.max_epochs is spent."""
+    max_epochs = int(cfg.train.max_epochs)
+    loop_start = time.time()
+    for epoch in range(max_epochs):
+        num = epoch + 1  # MLLOG epoch_num is 1-based, as in the reference logs
+        lr = spec.lr_for_epoch(cfg, epoch)
+        mll.start("epoch_start", metadata={"epoch_num": num})
+        result: EpochResult = backend.train_epoch(epoch, lr)
+        mll.end("epoch_stop", metadata={"epoch_num": num})
+        mll.start("eval_start", metadata={"epoch_num": num})
+        t_eval = time.time()
+        metric = float(backend.evaluate())
+        eval_s = time.time() - t_eval
+        mll.end("eval_stop", metadata={"epoch_num": num})
+        mll.event(spec.METRIC_KEY, metric, metadata={"epoch_num": num})
+        state.epochs, state.metric = num, metric
+        state.train_samples_seen += result.samples
+        state.train_seconds += result.seconds
+        state.history.append({"epoch": num, "lr": lr, "loss": result.loss, "metric": metric,
+                              "train_s": result.seconds, "eval_s": eval_s,
+                              "wall_s": time.time() - loop_start})
+        state.success = spec.reached(metric, cfg.train.target)
+        if rank == 0:
+            _epoch_line(cfg, spec, state, result, eval_s, max_epochs, loop_start)
+        if state.success:
+            return
+
+
+def _epoch_line(cfg: Any, spec: Any, state: RunState, result: EpochResult, eval_s: float,
+                max_epochs: int, loop_start: float) -> None:
+    """One progress line per epoch: loss, metric vs target, throughput, ETA to max_epochs."""
+    elapsed = time.time() - loop_start
+    eta = elapsed / state.epochs * (max_epochs - state.epochs)
+    rate = result.samples / max(result.seconds, 1e-9)
+    mark = " <= target" if state.success else ""
+    print(f"epoch {state.epochs:3d}/{max_epochs} loss {result.loss:.4f} "
+          f"{spec.METRIC_KEY} {state.metric:.4f} (target {cfg.train.target}){mark} "
+          f"| {rate:.1f} samples/s train, eval {eval_s:.1f}s "
+          f"| elapsed {fmt_duration(elapsed)}, ETA ≤ {fmt_duration(eta)}", flush=True)
+
+
+def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState, status: str,
+                   t0: float, run_start: float | None, rank: int) -> dict[str, Any]:
+    """summary.json: the machine-readable outcome (written by rank 0, atomically)."""
+    end = time.time()
+    summary = {
+        "status": status,
+        "benchmark": spec.NAME,
+        "framework": cfg.framework.name,
+        "experiment": cfg.experiment,
+        "precision": cfg.precision,
+        "division": cfg.system.submission_division,
+        "epochs": state.epochs,
+        "time_to_train_s": (end - run_start) if run_start else None,
+        "init_s": (run_start or end) - t0,
+        "samples_per_s": state.train_samples_seen / state.train_seconds
+        if state.train_seconds else None,
+        "metric_name": spec.METRIC_KEY,
+        "final_metric": state.metric,
+        "target": float(cfg.train.target),
+        "target_reached": state.success,
+        "parameter_count": backend.parameter_count() if backend and state.epochs else None,
+        "global_batch_size": int(cfg.train.global_batch_size),
+        "seed": int(cfg.seed),
+        "config_hash": config_hash(cfg),
+        "history": state.history,
+        "versions": {"sciperf": __version__, "python": platform.python_version(),
+                     **(backend.info() if backend else {})},
+        "host": platform.node(),
+        "config": to_container(cfg),
+    }
+    if rank == 0:
+        tmp = out / f".{SUMMARY_FILE}.tmp"
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, out / SUMMARY_FILE)
+    return summary
+
+
+def require_dataset(cfg: Any) -> None:
+    """Fail early, with the directory named, when the data is not there."""
+    if not Path(cfg.data.dir).is_dir():
+        raise SciperfError(f"data.dir={cfg.data.dir} does not exist (run `sciperf prepare`)")

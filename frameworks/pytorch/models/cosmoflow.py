@@ -1,0 +1,56 @@
+"""CosmoFlow 3-D CNN, built from ``sciperf.workloads.cosmoflow.ModelSpec``.
+
+Layer names are the spec's canonical names (conv0…, dense0…), shared with the
+TensorFlow model so weights map by rule. Inputs are NCDHW tensors whose memory is
+channels-last (NDHWC), exactly the reference's layout; the flatten is taken in
+channels-last order so dense0 sees features in the Keras order.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
+
+from sciperf.workloads.cosmoflow import ModelSpec
+
+
+class CosmoFlow(nn.Module):
+    """5 × [Conv3D → LeakyReLU → MaxPool3D] → 3 dense layers → tanh × 1.2 (reference)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        shapes = spec.layer_shapes()
+        self.conv_names = [n for n in shapes if n.startswith("conv")]
+        self.dense_names = [n for n in shapes if n.startswith("dense")]
+        for name in self.conv_names:
+            k, _, _, cin, cout = shapes[name]
+            self.add_module(name, nn.Conv3d(cin, cout, k, padding="same"))
+        for name in self.dense_names:
+            fin, fout = shapes[name]
+            self.add_module(name, nn.Linear(fin, fout))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform kernels and zero biases, the Keras defaults of the reference."""
+        for module in self.modules():
+            if isinstance(module, nn.Conv3d | nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def kernels(self) -> list[torch.Tensor]:
+        """Weights that carry the Keras L2 penalty (kernels, not biases)."""
+        return [getattr(self, n).weight for n in self.conv_names + self.dense_names]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (N, C, D, H, W), ideally channels_last_3d in memory."""
+        slope = self.spec.leaky_slope
+        for name in self.conv_names:
+            x = F.max_pool3d(F.leaky_relu(getattr(self, name)(x), slope), 2)
+        x = x.permute(0, 2, 3, 4, 1).flatten(1)  # channels-last flatten, as Keras
+        for name in self.dense_names[:-1]:
+            x = F.leaky_relu(getattr(self, name)(x), slope)
+            x = F.dropout(x, self.spec.dropout, self.training)
+        x = getattr(self, self.dense_names[-1])(x)
+        return torch.tanh(x) * self.spec.output_scale

@@ -1,0 +1,61 @@
+"""Where the single-device model meets the machine: device, threads, precision, seeds.
+
+Models stay single-device and precision-agnostic (DESIGN.md rule 6); this module applies
+bf16 autocast (AMX on this CPU, AMP on GPUs), channels-last memory and determinism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+
+import numpy as np
+import torch
+
+
+def cpu_count() -> int:
+    """Cores of this process's allocation (affinity mask, as Slurm/cgroups set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def setup_threads(threads: int) -> int:
+    """Intra-op threads: the configured count, else every core of the allocation."""
+    n = threads if threads > 0 else cpu_count()
+    torch.set_num_threads(n)
+    return n
+
+
+def select_device(local_rank: int = 0) -> torch.device:
+    """One GPU per local rank when CUDA is present, else the CPU."""
+    if torch.cuda.is_available():
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    """One seed controls Python, numpy and torch (init, dropout) on every device."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 mixed precision (fp32 master weights, fp32 loss) or a no-op for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def versions() -> dict[str, str]:
+    """Framework and accelerator versions for the run summary."""
+    info = {"framework": "pytorch", "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
+    if torch.version.cuda:
+        info["cuda"] = torch.version.cuda
+    return info
