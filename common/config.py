@@ -159,9 +159,8 @@ def validate(cfg: DictConfig) -> None:
         known = set(cls.__dataclass_fields__)
         unknown = set(cfg[section]) - known
         if unknown:
-            raise SciperfError(
-                f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {', '.join(sorted(known))}"
-            )
+            valid = ", ".join(sorted(known))
+            raise SciperfError(f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {valid}")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_logging.mllog import mllog as mllog_impl
 from mlperf_logging.mllog import constants as C  # noqa: N812
+from mlperf_logging.mllog import mllog as mllog_impl
 
 RULESET = "3.0.0"
 

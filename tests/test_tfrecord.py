@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from sciperf.data.tfrecord import (
     TFRecordError,
     decode_example,

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The ONE install script: used by `make run`, `make test`, CI and the container images.
+#
+#   containers/install.sh [--venv DIR] [--frameworks pytorch,tensorflow] [--dev] [--system]
+#
+# --venv DIR     create/update a virtual environment there (default .venv)
+# --system       install into the current interpreter instead (images)
+# --frameworks   which backends to install beside `sciperf` (default: pytorch)
+# --dev          also the test/lint tools
+# Pins live in constraints.txt. A stamp keyed by the hash of the inputs makes re-runs instant.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=".venv"
+frameworks="pytorch"
+dev=0
+system=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --venv) venv="$2"; shift 2 ;;
+    --frameworks) frameworks="$2"; shift 2 ;;
+    --dev) dev=1; shift ;;
+    --system) system=1; shift ;;
+    *) echo "install.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$system" = 1 ]; then
+  py=python3
+else
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "install.sh: creating virtual environment $venv"
+    python3 -m venv "$venv"
+  fi
+  py="$venv/bin/python"
+fi
+
+pkgs=(-e "$here/common")
+IFS=',' read -ra fws <<< "$frameworks"
+for fw in "${fws[@]}"; do
+  [ -d "$here/frameworks/$fw" ] || { echo "install.sh: unknown framework '$fw'" >&2; exit 2; }
+  pkgs+=(-e "$here/frameworks/$fw")
+done
+extra=()
+[ "$dev" = 1 ] && extra+=(pytest ruff)
+# tensorflow-cpu is the CPU wheel; GPU images install `tensorflow[and-cuda]` on NGC bases.
+for fw in "${fws[@]}"; do [ "$fw" = tensorflow ] && extra+=(tensorflow-cpu); done
+
+stamp_inputs=$(cat "$here/constraints.txt" "$here"/common/pyproject.toml \
+  "$here"/frameworks/*/pyproject.toml 2>/dev/null; echo "$frameworks $dev")
+stamp="$($py -c 'import sys; print(sys.prefix)')/.sciperf-install-$(echo "$stamp_inputs" | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  echo "install.sh: environment up to date ($frameworks)"
+  exit 0
+fi
+
+echo "install.sh: installing sciperf + $frameworks into $($py -c 'import sys; print(sys.prefix)')"
+$py -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+$py -m pip install --quiet --disable-pip-version-check -c "$here/constraints.txt" \
+  "${pkgs[@]}" "${extra[@]}"
+rm -f "$($py -c 'import sys; print(sys.prefix)')"/.sciperf-install-*
+touch "$stamp"
+echo "install.sh: done"
