@@ -63,6 +63,10 @@ class Backend(ABC):
     def evaluate(self) -> float:
         """The quality metric over the whole validation set (reduced over ranks)."""
 
+    def peak_flops(self, precision: str) -> float | None:
+        """Measured dense-matmul FLOP/s of this device in `precision` (bench context)."""
+        return None
+
     def info(self) -> dict[str, str]:
         """Versions and devices, recorded in the summary so results say what ran."""
         return {}

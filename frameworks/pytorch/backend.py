@@ -91,6 +91,10 @@ class PyTorchBackend(Backend):
             count += y.numel()
         return float(abs_sum) / max(count, 1)
 
+    def peak_flops(self, precision: str) -> float:
+        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
+        return runtime.matmul_flops(self.device, precision)
+
     def info(self) -> dict[str, str]:
         """torch version and device."""
         return runtime.versions()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import time
 
 import numpy as np
 import torch
@@ -59,3 +60,20 @@ def versions() -> dict[str, str]:
     if torch.version.cuda:
         info["cuda"] = torch.version.cuda
     return info
+
+
+def matmul_flops(device: torch.device, precision: str, n: int = 2048, reps: int = 10) -> float:
+    """Best-of-`reps` FLOP/s of an n×n matmul in fp32 or bf16 on `device`."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best

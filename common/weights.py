@@ -1,0 +1,165 @@
+"""The framework-neutral weight file and the ONE generic weight mapper (DESIGN.md rule 3).
+
+A weight file is an ``.npz`` whose entries are named ``"<layer>/<param>"`` with the
+canonical layer names of the spec (``conv0``…, ``dense0``…, from
+``ModelSpec.layer_shapes()``) and ``param`` ∈ {``kernel``, ``bias``}. Kernels are stored in
+the Keras layout: conv ``(k…, in, out)``, dense ``(in, out)``.
+
+Frameworks convert with :func:`to_canonical` / :func:`from_canonical`, which decide the
+transpose from the layer *kind* (``conv`` or ``dense``) and the framework's *layout*
+(``keras`` or ``torch``) only — never from a per-model rename table. numpy only: this
+module imports no ML framework (rule 2).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from sciperf.errors import SciperfError
+
+KINDS = ("conv", "dense")
+LAYOUTS = ("keras", "torch")
+PARAMS = ("kernel", "bias")
+# Framework parameter name → canonical parameter name, per layout.
+PARAM_NAMES = {
+    "keras": {"kernel": "kernel", "bias": "bias"},
+    "torch": {"weight": "kernel", "bias": "bias"},
+}
+
+
+def canonical_name(layer: str, param: str, layout: str) -> str:
+    """``"<layer>/<kernel|bias>"`` for a framework parameter name (torch ``weight`` → kernel)."""
+    names = PARAM_NAMES[_check(layout, LAYOUTS, "layout")]
+    if param not in names:
+        raise SciperfError(f"{layer}.{param}: not a {layout} parameter name "
+                           f"(expected one of {', '.join(names)})")
+    return f"{layer}/{names[param]}"
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"conv0/kernel"`` → ``("conv0", "kernel")``; anything else is an error naming it."""
+    layer, sep, param = name.rpartition("/")
+    if not sep or not layer or param not in PARAMS:
+        raise SciperfError(f"weight name '{name}' is not '<layer>/kernel' or '<layer>/bias'")
+    return layer, param
+
+
+def _check(value: str, valid: tuple[str, ...], what: str) -> str:
+    if value not in valid:
+        raise SciperfError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
+    return value
+
+
+def _torch_to_keras_axes(ndim: int, kind: str) -> tuple[int, ...]:
+    """Axis order taking a torch kernel to the Keras layout.
+
+    conv: (out, in, k1…kn) → (k1…kn, in, out), any spatial rank; dense: (out, in) → (in, out).
+    """
+    if kind == "dense" and ndim == 2:
+        return (1, 0)
+    if kind == "conv" and ndim >= 3:
+        return (*range(2, ndim), 1, 0)
+    raise SciperfError(f"a {kind} kernel cannot have {ndim} dimensions")
+
+
+def to_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch") -> np.ndarray:
+    """A framework array (already named canonically, e.g. ``conv0/kernel``) in canonical layout."""
+    _check(kind, KINDS, "layer kind")
+    _check(layout, LAYOUTS, "layout")
+    _, param = split_name(name)
+    arr = np.asarray(array)
+    if param == "bias" or layout == "keras":
+        return np.ascontiguousarray(arr)
+    return np.ascontiguousarray(arr.transpose(_torch_to_keras_axes(arr.ndim, kind)))
+
+
+def from_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch") -> np.ndarray:
+    """Inverse of :func:`to_canonical`: a canonical array in the framework's own layout."""
+    _check(kind, KINDS, "layer kind")
+    _check(layout, LAYOUTS, "layout")
+    _, param = split_name(name)
+    arr = np.asarray(array)
+    if param == "bias" or layout == "keras":
+        return np.ascontiguousarray(arr)
+    axes = _torch_to_keras_axes(arr.ndim, kind)
+    return np.ascontiguousarray(arr.transpose(np.argsort(axes)))
+
+
+def expected_arrays(layer_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """``ModelSpec.layer_shapes()`` (layer → kernel shape) → every canonical entry and shape."""
+    out: dict[str, tuple[int, ...]] = {}
+    for layer, shape in layer_shapes.items():
+        out[f"{layer}/kernel"] = tuple(int(s) for s in shape)
+        out[f"{layer}/bias"] = (int(shape[-1]),)
+    return out
+
+
+def check_arrays(arrays: Mapping[str, np.ndarray], layer_shapes: Mapping[str, tuple[int, ...]],
+                 source: str) -> None:
+    """Raise one error naming every missing, extra and mis-shaped entry of `source`."""
+    want = expected_arrays(layer_shapes)
+    problems = []
+    missing = sorted(set(want) - set(arrays))
+    extra = sorted(set(arrays) - set(want))
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra:
+        problems.append(f"unexpected {', '.join(extra)}")
+    for name in sorted(set(want) & set(arrays)):
+        have = tuple(np.shape(arrays[name]))
+        if have != want[name]:
+            problems.append(f"{name} has shape {have}, expected {want[name]}")
+    if problems:
+        raise SciperfError(f"{source}: weights do not fit the model: {'; '.join(problems)}")
+
+
+def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write canonical weights atomically (temp file + rename: nothing half-written)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise SciperfError(f"{path}: weight files end in .npz")
+    clean: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        split_name(name)
+        arr = np.asarray(array)
+        if arr.dtype.kind != "f":
+            raise SciperfError(f"{path}: {name} has dtype {arr.dtype}, expected floating point")
+        clean[name] = arr
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **clean)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_npz(path: str | Path,
+             expected_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """Read a weight file; with `expected_shapes` (``ModelSpec.layer_shapes()``) check it fits."""
+    path = Path(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with data:
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError as exc:
+        raise SciperfError(f"weight file {path} does not exist") from exc
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise SciperfError(f"cannot read weight file {path}: {exc}") from exc
+    for name in arrays:
+        try:
+            split_name(name)
+        except SciperfError as exc:
+            raise SciperfError(f"{path}: {exc}") from None
+    if expected_shapes is not None:
+        check_arrays(arrays, expected_shapes, str(path))
+    return arrays

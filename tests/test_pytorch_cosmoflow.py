@@ -1,0 +1,142 @@
+"""PyTorch CosmoFlow: exact architecture, Keras-semantics optimizer and L2, precision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sciperf.config import compose  # noqa: E402
+from sciperf.workloads.cosmoflow import FULL_PARAMETER_COUNT, ModelSpec  # noqa: E402
+from sciperf_pytorch.models.cosmoflow import CosmoFlow  # noqa: E402
+from sciperf_pytorch.optim import KerasSGD  # noqa: E402
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_full_model_has_reference_parameter_count():
+    model = CosmoFlow(ModelSpec())
+    assert n_params(model) == FULL_PARAMETER_COUNT == 8_907_556
+    assert ModelSpec().parameter_count() == FULL_PARAMETER_COUNT
+
+
+def test_mini_model_is_the_configured_small_variant():
+    cfg = compose(["experiment=mini"])
+    spec = ModelSpec(**cfg.model)
+    model = CosmoFlow(spec)
+    assert n_params(model) == spec.parameter_count()
+    assert n_params(model) < FULL_PARAMETER_COUNT // 20
+    assert spec.input_size == 32 and len(spec.conv_filters) == 4
+
+
+def test_layer_names_are_the_canonical_spec_names():
+    spec = ModelSpec()
+    model = CosmoFlow(spec)
+    names = {k.rsplit(".", 1)[0] for k in model.state_dict()}
+    assert names == set(spec.layer_shapes())
+    # kernel shapes agree with the canonical (Keras-layout) shapes up to the transpose
+    for name, shape in spec.layer_shapes().items():
+        weight = getattr(model, name).weight
+        assert sorted(weight.shape) == sorted(shape)
+
+
+def test_init_is_glorot_uniform_with_zero_bias():
+    torch.manual_seed(0)
+    model = CosmoFlow(ModelSpec())
+    w = model.conv4.weight.detach()  # fan_in = 27·256, fan_out = 27·512
+    limit = np.sqrt(6.0 / (27 * 256 + 27 * 512))
+    assert float(w.abs().max()) <= limit * (1 + 1e-6)
+    assert float(w.abs().max()) > 0.95 * limit
+    assert abs(float(w.std()) - limit / np.sqrt(3)) < 0.01 * limit  # uniform, not normal
+    assert all(float(getattr(model, n).bias.abs().sum()) == 0.0
+               for n in model.conv_names + model.dense_names)
+
+
+def test_flatten_is_channels_last_order():
+    """dense0 must see features ordered (d, h, w, c) — the Keras Flatten on NDHWC."""
+    spec = ModelSpec(input_size=4, conv_filters=[3], dense_sizes=[5], dropout=0.0)
+    model = CosmoFlow(spec).eval()
+    captured = {}
+
+    def hook(module, inputs, output):
+        captured["x"] = inputs[0]
+
+    model.dense0.register_forward_hook(hook)
+    x = torch.randn(2, 4, 4, 4, 4)
+    model(x)
+    conv = torch.nn.functional.max_pool3d(
+        torch.nn.functional.leaky_relu(model.conv0(x), spec.leaky_slope), 2)
+    expected = conv.permute(0, 2, 3, 4, 1).reshape(2, -1)  # NDHWC flatten
+    assert torch.equal(captured["x"], expected)
+
+
+def test_output_is_tanh_times_1_2():
+    spec = ModelSpec(input_size=8, conv_filters=[2], dense_sizes=[4], dropout=0.0)
+    model = CosmoFlow(spec).eval()
+    with torch.no_grad():
+        model.dense1.bias.fill_(100.0)  # saturate tanh
+        out = model(torch.rand(1, 4, 8, 8, 8))
+    assert torch.allclose(out, torch.full_like(out, 1.2))
+
+
+def test_keras_sgd_matches_hand_computed_updates_with_changing_lr():
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = KerasSGD([w], lr=0.1, momentum=0.9)
+    grads = [torch.tensor([0.5, 1.0]), torch.tensor([-1.0, 0.25]), torch.tensor([2.0, 0.0])]
+    lrs = [0.1, 0.2, 0.05]
+    v = np.zeros(2)
+    ref = np.array([1.0, -2.0])
+    for g, lr in zip(grads, lrs, strict=True):
+        opt.set_lr(lr)
+        w.grad = g.clone()
+        opt.step()
+        v = 0.9 * v + lr * g.numpy()
+        ref = ref - v
+        np.testing.assert_allclose(w.detach().numpy(), ref, rtol=1e-6)
+    # torch.optim.SGD puts lr outside the velocity: it differs once lr changes
+    w2 = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    sgd = torch.optim.SGD([w2], lr=0.1, momentum=0.9)
+    for g, lr in zip(grads, lrs, strict=True):
+        for group in sgd.param_groups:
+            group["lr"] = lr
+        w2.grad = g.clone()
+        sgd.step()
+    assert not np.allclose(w2.detach().numpy(), ref, rtol=1e-4)
+
+
+def test_l2_has_keras_semantics_on_kernels_only():
+    from sciperf_pytorch.backend import PyTorchBackend
+
+    backend = PyTorchBackend()
+    backend.cfg = compose(["experiment=mini", "opt.weight_decay=0.01"])
+    backend.model = CosmoFlow(ModelSpec(input_size=8, conv_filters=[2], dense_sizes=[3]))
+    y = torch.zeros(1, 4)
+    loss = backend.loss_fn(torch.zeros(1, 4), y)  # zero MSE: the loss is the L2 term alone
+    expected = 0.01 * sum(float((k**2).sum()) for k in backend.model.kernels())
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    for k in backend.model.kernels():
+        torch.testing.assert_close(k.grad, 2 * 0.01 * k.detach())
+    bias_grad = backend.model.conv0.bias.grad
+    assert bias_grad is None or float(bias_grad.abs().sum()) == 0
+
+
+def test_bf16_autocast_keeps_fp32_master_weights_and_loss():
+    from sciperf_pytorch import runtime
+
+    model = CosmoFlow(ModelSpec(input_size=8, conv_filters=[4], dense_sizes=[4], dropout=0.0))
+    model = model.to(memory_format=torch.channels_last_3d)
+    opt = KerasSGD(model.parameters(), lr=0.01)
+    x = torch.rand(2, 8, 8, 8, 4).permute(0, 4, 1, 2, 3)  # NDHWC memory, NCDHW view
+    assert x.is_contiguous(memory_format=torch.channels_last_3d)
+    with runtime.autocast(torch.device("cpu"), "bf16"):
+        out = model(x)
+    assert out.dtype == torch.bfloat16
+    loss = torch.nn.functional.mse_loss(out.float(), torch.zeros(2, 4))
+    assert loss.dtype == torch.float32
+    loss.backward()
+    opt.step()
+    assert all(p.dtype == torch.float32 for p in model.parameters())
