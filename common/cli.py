@@ -73,6 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary["status"] == "success" and verdict.ok else 1
 
 
+@verb("compare", "side-by-side table of runs' summaries (e.g. PyTorch vs TensorFlow)")
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sciperf.compare import compare_table
+    print(compare_table(args.overrides))
+    return 0
+
+
 @verb("show", "print the composed config (after overrides) as YAML")
 def cmd_show(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf

@@ -6,6 +6,7 @@ logging rank writes; the file is flushed line by line so a killed job keeps its 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from mlperf_logging.mllog import constants as C  # noqa: N812
 from mlperf_logging.mllog import mllog as mllog_impl
 
 RULESET = "3.0.0"
+_SERIAL = itertools.count()  # unique stdlib logger per MLLogger: handlers never shared
 
 
 class MLLogger:
@@ -33,7 +35,7 @@ class MLLogger:
 
     def _make_logger(self, echo: bool) -> logging.Logger:
         """A private stdlib logger writing bare lines; handlers flush after every record."""
-        logger = logging.getLogger(f"sciperf.mllog.{id(self)}")
+        logger = logging.getLogger(f"sciperf.mllog.{next(_SERIAL)}")
         logger.propagate = False
         logger.setLevel(logging.INFO)
         if self.enabled and self.path is not None:

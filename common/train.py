@@ -20,6 +20,7 @@ from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, local_batch_size, shard
 from sciperf.errors import SciperfError
+from sciperf.info import git_hash
 from sciperf.mllog import MLLogger
 from sciperf.progress import fmt_duration
 from sciperf.workloads import get_spec
@@ -151,7 +152,8 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "seed": int(cfg.seed),
         "config_hash": config_hash(cfg),
         "history": state.history,
-        "versions": {"sciperf": __version__, "python": platform.python_version(),
+        "versions": {"sciperf": __version__, "git": git_hash(),
+                     "python": platform.python_version(),
                      **(backend.info() if backend else {})},
         "host": platform.node(),
         "config": to_container(cfg),

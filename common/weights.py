@@ -90,6 +90,18 @@ def from_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch
     return np.ascontiguousarray(arr.transpose(np.argsort(axes)))
 
 
+def canonical_shape(name: str, shape: tuple[int, ...], kind: str,
+                    layout: str = "torch") -> tuple[int, ...]:
+    """Shape a framework array of `shape` has once mapped by :func:`to_canonical`."""
+    _check(kind, KINDS, "layer kind")
+    _check(layout, LAYOUTS, "layout")
+    _, param = split_name(name)
+    shape = tuple(int(s) for s in shape)
+    if param == "bias" or layout == "keras":
+        return shape
+    return tuple(shape[i] for i in _torch_to_keras_axes(len(shape), kind))
+
+
 def expected_arrays(layer_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``ModelSpec.layer_shapes()`` (layer → kernel shape) → every canonical entry and shape."""
     out: dict[str, tuple[int, ...]] = {}

@@ -7,6 +7,8 @@
 # --system       install into the current interpreter instead (images)
 # --frameworks   which backends to install beside `sciperf` (default: pytorch)
 # --dev          also the test/lint tools
+# --horovod      also Horovod 0.28.1 (built once from source, wheel cached by versions)
+# --mpi          also OpenMPI from Debian (mpirun; Horovod's MPI controller), when root
 # Pins live in constraints.txt. A stamp keyed by the hash of the inputs makes re-runs instant.
 set -euo pipefail
 
@@ -15,12 +17,16 @@ venv=".venv"
 frameworks="pytorch"
 dev=0
 system=0
+horovod=0
+mpi=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --venv) venv="$2"; shift 2 ;;
     --frameworks) frameworks="$2"; shift 2 ;;
     --dev) dev=1; shift ;;
     --system) system=1; shift ;;
+    --horovod) horovod=1; shift ;;
+    --mpi) mpi=1; shift ;;
     *) echo "install.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -46,8 +52,20 @@ extra=()
 # tensorflow-cpu is the CPU wheel; GPU images install `tensorflow[and-cuda]` on NGC bases.
 for fw in "${fws[@]}"; do [ "$fw" = tensorflow ] && extra+=(tensorflow-cpu); done
 
+if [ "$mpi" = 1 ] && ! command -v mpirun >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "install.sh: installing OpenMPI (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      libopenmpi-dev openmpi-bin >/dev/null
+  else
+    echo "install.sh: --mpi needs OpenMPI; install libopenmpi-dev/openmpi-bin (not root here)" >&2
+    exit 2
+  fi
+fi
+
 stamp_inputs=$(cat "$here/constraints.txt" "$here"/common/pyproject.toml \
-  "$here"/frameworks/*/pyproject.toml 2>/dev/null; echo "$frameworks $dev")
+  "$here"/frameworks/*/pyproject.toml "$here/containers/build-horovod.sh" 2>/dev/null
+  echo "$frameworks $dev $horovod $mpi")
 stamp="$($py -c 'import sys; print(sys.prefix)')/.sciperf-install-$(echo "$stamp_inputs" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   echo "install.sh: environment up to date ($frameworks)"
@@ -58,6 +76,9 @@ echo "install.sh: installing sciperf + $frameworks into $($py -c 'import sys; pr
 $py -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
 $py -m pip install --quiet --disable-pip-version-check -c "$here/constraints.txt" \
   "${pkgs[@]}" "${extra[@]}"
+if [ "$horovod" = 1 ]; then
+  "$here/containers/build-horovod.sh" "$py" "$frameworks"
+fi
 rm -f "$($py -c 'import sys; print(sys.prefix)')"/.sciperf-install-*
 touch "$stamp"
 echo "install.sh: done"

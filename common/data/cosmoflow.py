@@ -54,6 +54,8 @@ def label_path(data_path: Path) -> Path:
 
 def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file."""
+    if fmt not in SUFFIX:
+        raise SciperfError(f"data.format={fmt} is not one of {', '.join(SUFFIX)}")
     if fmt == "tfrecord":
         try:
             return tfrecord.read_cosmoflow_sample(path, tuple(shape))

@@ -74,14 +74,15 @@ class BatchLoader:
         try:
             window = self.batch_size * (self.prefetch + 1)
             paths = iter([self.files[i] for i in order])
-            with ThreadPoolExecutor(self.workers, thread_name_prefix="sciperf-read") as pool:
+            pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sciperf-read")
+            try:
                 pending: deque[Future] = deque(
                     pool.submit(self.read, p) for p in itertools.islice(paths, window))
                 for _ in range(len(self)):
-                    if stop.is_set():
-                        return
                     batch = []
                     for _ in range(self.batch_size):
+                        if stop.is_set():
+                            return
                         batch.append(pending.popleft().result())
                         nxt = next(paths, None)
                         if nxt is not None:
@@ -89,6 +90,8 @@ class BatchLoader:
                     xs = np.stack([s[0] for s in batch])
                     ys = np.stack([s[1] for s in batch])
                     self._put(out, (xs, ys), stop)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
             self._put(out, _DONE, stop)
         except BaseException as exc:  # handed to the consumer, re-raised there
             self._put(out, exc, stop)

@@ -55,7 +55,8 @@ def gaussian_field(rng: np.random.Generator, size: int, k_cut: float) -> np.ndar
     kr = np.fft.rfftfreq(size).astype(np.float32)
     k2 = k[:, None, None] ** 2 + k[None, :, None] ** 2 + kr[None, None, :] ** 2
     filt = np.exp(-k2 / (2.0 * k_cut**2)).astype(np.float32)
-    field = np.fft.irfftn(np.fft.rfftn(noise) * filt, s=noise.shape).astype(np.float32)
+    field = np.fft.irfftn(np.fft.rfftn(noise) * filt, s=noise.shape, axes=(0, 1, 2))
+    field = field.astype(np.float32)
     field -= field.mean()
     return field / max(float(field.std()), 1e-12)
 
@@ -103,6 +104,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> None:
     if req.train_samples <= 0 or req.eval_samples <= 0:
         raise SciperfError("data.train_samples and data.eval_samples must be positive")
     root = Path(req.root)
+    _forget(root, req.fmt)
     bar = Progress(req.train_samples + req.eval_samples, f"generating {req.fmt} universes",
                    enabled=show_progress)
     for split, count in (("train", req.train_samples), ("validation", req.eval_samples)):
@@ -110,7 +112,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(count):
             x, y = make_universe(req.seed, split, i, req.size)
-            fmt_cf.write_sample(folder, f"univ_synth_s{req.seed}_{i:07d}", req.fmt, x, y)
+            fmt_cf.write_sample(folder, f"univ_synth_{i:07d}", req.fmt, x, y)
             bar.update()
     manifest = root / MANIFEST
     data = json.loads(manifest.read_text()) if manifest.is_file() else {}
@@ -118,3 +120,27 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> None:
     tmp = manifest.with_name(f".{MANIFEST}.tmp")
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(manifest)
+
+
+def _forget(root: Path, fmt: str) -> None:
+    """Invalidate the manifest entry and delete this format's old samples before writing.
+
+    Otherwise a regeneration with another seed, size or count would leave stale files
+    that sort among the new ones and get read.
+    """
+    manifest = root / MANIFEST
+    if manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text())
+        except ValueError:
+            data = {}
+        data.pop(fmt, None)
+        manifest.write_text(json.dumps(data, indent=2))
+    for split in SPLIT_IDS:
+        folder = root / split
+        if folder.is_dir():
+            for path in folder.iterdir():
+                if path.name.endswith(fmt_cf.SUFFIX[fmt]):
+                    if fmt == "npy":
+                        fmt_cf.label_path(path).unlink(missing_ok=True)
+                    path.unlink()

@@ -1,0 +1,70 @@
+"""`sciperf compare OUT_A OUT_B …`: runs side by side, from their summary.json files.
+
+The quick cross-framework view (PyTorch vs TensorFlow on the same config); the full
+report with plots and official scoring is `sciperf report` (results issue).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sciperf.errors import SciperfError
+from sciperf.train import SUMMARY_FILE
+
+ROWS: list[tuple[str, str]] = [
+    ("framework", "framework"),
+    ("status", "status"),
+    ("benchmark", "benchmark"),
+    ("experiment", "experiment"),
+    ("precision", "precision"),
+    ("epochs to target", "epochs"),
+    ("time to train [s]", "time_to_train_s"),
+    ("train samples/s", "samples_per_s"),
+    ("final metric", "final_metric"),
+    ("target", "target"),
+    ("parameters", "parameter_count"),
+    ("global batch", "global_batch_size"),
+    ("config hash", "config_hash"),
+]
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """summary.json of a run directory (or the file itself)."""
+    path = Path(path)
+    file = path / SUMMARY_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise SciperfError(f"no {SUMMARY_FILE} in {path} (not a sciperf run directory)")
+    try:
+        return json.loads(file.read_text())
+    except ValueError as exc:
+        raise SciperfError(f"{file} is not valid JSON: {exc}") from exc
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, int) and value > 9999:
+        return f"{value:,}"
+    return str(value)
+
+
+def compare_table(paths: list[str]) -> str:
+    """A Markdown table: one column per run, one row per figure, plus a ratio column."""
+    if len(paths) < 2:
+        raise SciperfError("usage: sciperf compare RUN_DIR RUN_DIR [RUN_DIR …]")
+    runs = [load_summary(p) for p in paths]
+    header = ["", *[f"{r['framework']} ({Path(p).name})" for r, p in zip(runs, paths,
+                                                                         strict=True)]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label, key in ROWS:
+        lines.append("| " + " | ".join([label, *[_cell(r.get(key)) for r in runs]]) + " |")
+    base, other = runs[0].get("samples_per_s"), runs[1].get("samples_per_s")
+    if base and other:
+        lines.append(f"\nthroughput ratio {header[2]} / {header[1]}: {other / base:.2f}×")
+    if len({r.get("config_hash") for r in runs}) > 1:
+        lines.append("note: the runs differ in configuration (config hash), not only framework")
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Shared fixtures: repository paths, the real console command, small synthetic datasets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The checkout (holds common/, configs/, frameworks/)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def published_results() -> Path:
+    """Published MLPerf HPC v3.0 logs beside the checkout (../shared/fixtures/…)."""
+    path = REPO_ROOT.parent / "shared" / "fixtures" / "mlperf_hpc_results"
+    if not path.is_dir():
+        pytest.skip(f"published MLPerf HPC result logs not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sciperf_cmd() -> list[str]:
+    """The installed `sciperf` console script (the one users run), or `python -m` fallback."""
+    beside = Path(sys.executable).with_name("sciperf")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    found = shutil.which("sciperf")
+    return [found] if found else [sys.executable, "-m", "sciperf.cli"]

@@ -1,0 +1,120 @@
+"""DESIGN.md rule 10 through the real console script: user errors end in one clear line.
+
+Every case runs `sciperf …` in a subprocess and checks: exit status 2, exactly one line on
+stderr, that line names the offending key/file/dir, and no traceback text.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sciperf import config as config_mod
+from sciperf.workloads import WORKLOADS
+
+CONFIGS = Path(config_mod.__file__).resolve().parent.parent / "configs"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+
+
+def _run(cmd: list[str], args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"} | env
+    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False, env=full_env)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, verb: str) -> str:
+    """Assert the rule-10 shape and return the single stderr line."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"sciperf {verb}: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("group", ["workload", "framework", "experiment"])
+def test_unknown_group_choice_lists_valid_choices(sciperf_cmd, tmp_path, group: str) -> None:
+    valid = sorted(set(WORKLOADS) | set(_options("workload"))) if group == "workload" \
+        else _options(group)
+    line = _one_error_line(_run(sciperf_cmd, ["show", f"{group}=no_such_choice"], tmp_path),
+                           "show")
+    assert "no_such_choice" in line
+    assert group in line
+    assert valid
+    for choice in valid:
+        assert choice in line, (choice, line)
+
+
+@pytest.mark.parametrize(("override", "must_name"), [
+    ("no_such_key=1", "no_such_key"),
+    ("train.no_such_key=1", "train.no_such_key"),
+    ("model.no_such_layer=3", "model.no_such_layer"),
+])
+def test_unknown_key(sciperf_cmd, tmp_path, override: str, must_name: str) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["show", override], tmp_path), "show")
+    assert must_name in line
+
+
+@pytest.mark.parametrize(("override", "must_name"), [
+    ("train.max_epochs=abc", "train.max_epochs"),
+    ("seed=1.5x", "seed"),
+    ("train.target=high", "train.target"),
+])
+def test_bad_type(sciperf_cmd, tmp_path, override: str, must_name: str) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["show", override], tmp_path), "show")
+    assert must_name in line
+    assert override.split("=")[1] in line
+
+
+def test_bad_precision_lists_choices(sciperf_cmd, tmp_path) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["show", "precision=fp16"], tmp_path), "show")
+    assert "precision" in line and "fp16" in line
+    for choice in config_mod.PRECISIONS:
+        assert choice in line
+
+
+def test_bad_data_format_lists_choices(sciperf_cmd, tmp_path) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["show", "data.format=hdf5"], tmp_path), "show")
+    assert "data.format" in line and "hdf5" in line
+    assert "tfrecord" in line and "npy" in line
+
+
+@pytest.mark.parametrize("override", ["train.max_epochs", "=3"])
+def test_malformed_override(sciperf_cmd, tmp_path, override: str) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["show", override], tmp_path), "show")
+    assert "override" in line
+
+
+def test_train_missing_data_dir_names_it(sciperf_cmd, tmp_path) -> None:
+    missing = tmp_path / "no" / "such" / "data"
+    out = tmp_path / "out"
+    proc = _run(sciperf_cmd, ["train", f"data.dir={missing}", f"output_dir={out}"], tmp_path)
+    line = _one_error_line(proc, "train")
+    assert str(missing) in line
+    assert not missing.exists()
+
+
+def test_check_missing_file_names_it(sciperf_cmd, tmp_path) -> None:
+    missing = tmp_path / "result_0.txt"
+    line = _one_error_line(_run(sciperf_cmd, ["check", str(missing)], tmp_path), "check")
+    assert str(missing) in line
+
+
+def test_check_without_files_says_usage(sciperf_cmd, tmp_path) -> None:
+    line = _one_error_line(_run(sciperf_cmd, ["check"], tmp_path), "check")
+    assert "usage" in line
+
+
+def test_debug_shows_the_traceback(sciperf_cmd, tmp_path) -> None:
+    """The one-line form is a choice, not lost information: --debug/SCIPERF_DEBUG=1 show it."""
+    proc = _run(sciperf_cmd, ["show", "precision=fp16"], tmp_path, SCIPERF_DEBUG="1")
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr
+    assert "SciperfError" in proc.stderr
