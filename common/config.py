@@ -19,6 +19,11 @@ from sciperf.errors import SciperfError
 from sciperf.workloads import WORKLOADS, get_spec
 
 PRECISIONS = ("fp32", "bf16")
+CHOICES = {  # values the schema's str type cannot restrict
+    "precision": PRECISIONS,
+    "data.loader": ("native", "dali"),
+    "distributed.backend": ("native", "horovod"),
+}
 
 
 @dataclass
@@ -70,6 +75,14 @@ class FrameworkConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """How ranks talk: the framework's native stack (DDP / TF) or Horovod."""
+
+    backend: str = "native"  # native | horovod
+    timeout_s: int = 60  # a lost peer ends the job after this long, never a hang
+
+
+@dataclass
 class RootConfig:
     """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
 
@@ -78,11 +91,15 @@ class RootConfig:
     seed: int = 0
     precision: str = "fp32"
     output_dir: str = "results/${benchmark}-${framework.name}-${experiment}"
+    nodes: int = 1  # nodes requested by `sciperf launch`
+    instances: int = 1  # concurrent training instances (throughput mode)
+    dry_run: bool = False  # `sciperf launch`: render, do not submit
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     model: dict[str, Any] = field(default_factory=dict)
     opt: dict[str, Any] = field(default_factory=dict)
     framework: FrameworkConfig = field(default_factory=FrameworkConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     launcher: dict[str, Any] = field(default_factory=dict)
     container: dict[str, Any] = field(default_factory=dict)
@@ -148,8 +165,10 @@ def _one_line(exc: Exception) -> str:
 
 def validate(cfg: DictConfig) -> None:
     """Check the values the schema cannot: choices, and workload sections against the spec."""
-    if cfg.precision not in PRECISIONS:
-        raise SciperfError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
+    for key, choices in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise SciperfError(f"{key}={value} is not one of {', '.join(choices)}")
     spec = get_spec(cfg.benchmark)
     if cfg.data.format not in spec.DATA_FORMATS:
         raise SciperfError(
