@@ -23,6 +23,7 @@ CHOICES = {  # values the schema's str type cannot restrict
     "precision": PRECISIONS,
     "data.loader": ("native", "dali"),
     "distributed.backend": ("native", "horovod"),
+    "system.scheduler": ("none", "slurm"),
 }
 
 
@@ -62,6 +63,15 @@ class SystemConfig:
     nodes: int = 1
     accelerators_per_node: int = 0
     cpus_per_node: int = 0
+    scheduler: str = "none"  # none | slurm: `sciperf launch` renders an sbatch script on slurm
+    mpi: str = "pmix"  # srun --mpi flavour: pmix | pmi2 | cray_shasta | none
+    account: str | None = None  # placeholders the user supplies (system.account=…)
+    partition: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    scratch_dir: str | None = None  # shared parallel file system (data), bound into containers
+    stage_dir: str | None = None  # node-local storage for data staging
+    setup: list[str] = field(default_factory=list)  # shell lines the batch script runs first
 
 
 @dataclass
@@ -94,6 +104,7 @@ class RootConfig:
     nodes: int = 1  # nodes requested by `sciperf launch`
     instances: int = 1  # concurrent training instances (throughput mode)
     dry_run: bool = False  # `sciperf launch`: render, do not submit
+    time_limit: str = "01:00:00"  # wall-clock request of `sciperf launch` (sbatch --time)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     model: dict[str, Any] = field(default_factory=dict)
