@@ -13,6 +13,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 
 GROUP = "sciperf.backends"
@@ -27,9 +28,18 @@ class RunContext:
     train_files: list[Path]
     eval_files: list[Path]
     local_batch: int
-    rank: int = 0
-    world: int = 1
+    info: RankInfo = field(default_factory=RankInfo)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        """Global rank of this process."""
+        return self.info.rank
+
+    @property
+    def world(self) -> int:
+        """Number of data-parallel ranks."""
+        return self.info.world
 
 
 @dataclass
@@ -62,6 +72,18 @@ class Backend(ABC):
     @abstractmethod
     def evaluate(self) -> float:
         """The quality metric over the whole validation set (reduced over ranks)."""
+
+    def export_weights(self) -> dict[str, Any]:
+        """Canonical ``{"<layer>/kernel|bias": ndarray}`` of the model (see sciperf.weights)."""
+        raise SciperfError(f"framework {self.name} cannot export canonical weights")
+
+    def barrier(self) -> None:
+        """Wait for every rank; single-process backends need nothing."""
+        return None
+
+    def close(self) -> None:
+        """Release distributed resources at the end of a run."""
+        return None
 
     def peak_flops(self, precision: str) -> float | None:
         """Measured dense-matmul FLOP/s of this device in `precision` (bench context)."""

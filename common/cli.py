@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _cfg(args)
     require_dataset(cfg)
     summary = train(cfg)
-    _print_summary(summary, cfg.output_dir)
+    if summary["rank"] == 0:
+        _print_summary(summary, cfg.output_dir)
     return 0 if summary["status"] == "success" else 1
 
 
@@ -148,9 +150,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP arrived (job cancelled, or the launcher is tearing down after a peer
+    rank died); raised so the run still writes `run_stop aborted` before exiting."""
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sciperf` console script."""
     args = parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
     try:
         return VERBS[args.verb][1](args)
@@ -162,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"sciperf {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"sciperf {args.verb}: terminated by {exc} (run_stop aborted written)",
+              file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

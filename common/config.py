@@ -49,6 +49,8 @@ class TrainConfig:
     max_epochs: int = 100
     target: float = 0.0
     log_every: int = 0  # steps between progress lines inside an epoch (0: per epoch only)
+    init_weights: str = ""  # canonical .npz to start from (same file works in every framework)
+    save_weights: bool = False  # write OUT/weights_rank<r>.npz (canonical) at the end
 
 
 @dataclass

@@ -86,14 +86,14 @@ class MLLogger:
         self.event(C.CACHE_CLEAR, True)
         self.start(C.INIT_START)
 
-    def submission(self, benchmark: str, system: Any) -> None:
-        """submission_* keys and the closed_common scale keys, from the system config."""
+    def submission(self, benchmark: str, system: Any, nodes: int = 1) -> None:
+        """submission_* keys from the system config; the node count the run really used."""
         self.event(C.SUBMISSION_BENCHMARK, benchmark)
         self.event(C.SUBMISSION_ORG, system.submission_org)
         self.event(C.SUBMISSION_DIVISION, system.submission_division)
         self.event(C.SUBMISSION_STATUS, system.submission_status)
         self.event(C.SUBMISSION_PLATFORM, system.submission_platform)
-        self.event("number_of_nodes", int(system.nodes))
+        self.event("number_of_nodes", int(nodes))
         self.event("accelerators_per_node", int(system.accelerators_per_node))
 
     def hyperparameters(self, values: dict[str, Any]) -> None:

@@ -19,10 +19,12 @@ from sciperf import __version__
 from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, local_batch_size, shard
+from sciperf.distributed import RankInfo, discover
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash
 from sciperf.mllog import MLLogger
 from sciperf.progress import fmt_duration
+from sciperf.weights import save_npz
 from sciperf.workloads import get_spec
 
 RESULT_FILE = "result_0.txt"
@@ -33,6 +35,7 @@ SUMMARY_FILE = "summary.json"
 class RunState:
     """What the loop accumulates; becomes summary.json."""
 
+    world: int = 1
     epochs: int = 0
     train_samples_seen: int = 0
     train_seconds: float = 0.0
@@ -52,27 +55,36 @@ def resolve_files(cfg: Any, rank: int, world: int) -> tuple[list[Path], list[Pat
     return shard(train, rank, world), shard(evals, rank, world), local_batch
 
 
-def train(cfg: Any, rank: int = 0, world: int = 1) -> dict[str, Any]:
-    """Run one training instance to its target (or max_epochs); returns the summary."""
+def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
+    """Run one training instance to its target (or max_epochs); returns the summary.
+
+    Every rank runs this; only rank 0 writes the MLLOG file and summary.json.
+    """
+    info = info or discover()
+    rank, world = info.rank, info.world
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = get_spec(cfg.benchmark)
     mll = MLLogger(out / RESULT_FILE, enabled=rank == 0)
     t0 = time.time()
     mll.init_start()
-    mll.submission(spec.NAME, cfg.system)
-    state, backend, run_start = RunState(), None, None
+    mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
+    state, backend, run_start = RunState(world=world), None, None
     try:
         backend = load_backend(cfg.framework.name)
         train_files, eval_files, local_batch = resolve_files(cfg, rank, world)
         n_train, n_eval = len(train_files) * world, len(eval_files) * world
         mll.hyperparameters(spec.mllog_hyperparameters(cfg, n_train, n_eval))
         mll.event("seed", int(cfg.seed))
-        backend.setup(RunContext(cfg, spec, train_files, eval_files, local_batch, rank, world))
+        backend.setup(RunContext(cfg, spec, train_files, eval_files, local_batch, info))
         mll.end("init_stop")
+        backend.barrier()
         run_start = time.time()
         mll.start("run_start")
         _loop(cfg, spec, backend, mll, state, rank)
+        backend.barrier()
+        if cfg.train.save_weights:
+            save_npz(out / f"weights_rank{rank}.npz", backend.export_weights())
     except BaseException:
         if run_start is not None:
             mll.run_stop(False, state.epochs)
@@ -81,6 +93,7 @@ def train(cfg: Any, rank: int = 0, world: int = 1) -> dict[str, Any]:
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
+    backend.close()
     status = "success" if state.success else "aborted"
     return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, rank)
 
@@ -102,7 +115,7 @@ def _loop(cfg: Any, spec: Any, backend: Any, mll: MLLogger, state: RunState, ran
         mll.end("eval_stop", metadata={"epoch_num": num})
         mll.event(spec.METRIC_KEY, metric, metadata={"epoch_num": num})
         state.epochs, state.metric = num, metric
-        state.train_samples_seen += result.samples
+        state.train_samples_seen += result.samples * state.world
         state.train_seconds += result.seconds
         state.history.append({"epoch": num, "lr": lr, "loss": result.loss, "metric": metric,
                               "train_s": result.seconds, "eval_s": eval_s,
@@ -119,7 +132,7 @@ def _epoch_line(cfg: Any, spec: Any, state: RunState, result: EpochResult, eval_
     """One progress line per epoch: loss, metric vs target, throughput, ETA to max_epochs."""
     elapsed = time.time() - loop_start
     eta = elapsed / state.epochs * (max_epochs - state.epochs)
-    rate = result.samples / max(result.seconds, 1e-9)
+    rate = result.samples * state.world / max(result.seconds, 1e-9)
     mark = " <= target" if state.success else ""
     print(f"epoch {state.epochs:3d}/{max_epochs} loss {result.loss:.4f} "
           f"{spec.METRIC_KEY} {state.metric:.4f} (target {cfg.train.target}){mark} "
@@ -149,6 +162,8 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "target_reached": state.success,
         "parameter_count": backend.parameter_count() if backend and state.epochs else None,
         "global_batch_size": int(cfg.train.global_batch_size),
+        "world_size": state.world,
+        "rank": rank,
         "seed": int(cfg.seed),
         "config_hash": config_hash(cfg),
         "history": state.history,

@@ -9,10 +9,12 @@ import torch
 from torch.nn import functional as F  # noqa: N812
 
 from sciperf.backends import Backend, EpochResult, RunContext
+from sciperf.weights import load_npz
 from sciperf.workloads.cosmoflow import ModelSpec
 from sciperf_pytorch import runtime
 from sciperf_pytorch.data import batches, make_loader
-from sciperf_pytorch.models.cosmoflow import CosmoFlow
+from sciperf_pytorch.distributed import Comm
+from sciperf_pytorch.models.cosmoflow import CosmoFlow, export_weights, import_weights
 from sciperf_pytorch.optim import KerasSGD
 
 
@@ -27,13 +29,22 @@ class PyTorchBackend(Backend):
         self.cfg, self.ctx = cfg, ctx
         runtime.setup_threads(cfg.framework.threads)
         runtime.seed_everything(cfg.seed)
-        self.device = runtime.select_device()
+        self.device = runtime.select_device(ctx.info.local_rank)
+        self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
+                         cfg.distributed.timeout_s)
         spec = ModelSpec(**cfg.model)
         self.model = CosmoFlow(spec).to(self.device)
-        if cfg.framework.channels_last:
+        if cfg.framework.channels_last and cfg.distributed.backend != "horovod":
+            # Horovod's collectives need contiguous tensors, so under Horovod the weights
+            # stay contiguous (inputs are still channels-last in memory).
             self.model = self.model.to(memory_format=torch.channels_last_3d)
-        self.optimizer = KerasSGD(self.model.parameters(), lr=cfg.opt.base_lr,
-                                  momentum=cfg.opt.momentum)
+        if cfg.train.init_weights:
+            import_weights(self.model, load_npz(cfg.train.init_weights,
+                                                spec.layer_shapes()))
+        self.net = self.comm.wrap_model(self.model)  # what runs forward (DDP or the model)
+        self.optimizer = self.comm.wrap_optimizer(
+            KerasSGD(self.model.parameters(), lr=cfg.opt.base_lr, momentum=cfg.opt.momentum),
+            self.model)
         shape = (spec.input_size,) * 3 + (spec.in_channels,)
         common = dict(fmt=cfg.data.format, shape=shape, batch=ctx.local_batch,
                       prefetch=cfg.data.prefetch)
@@ -55,9 +66,9 @@ class PyTorchBackend(Backend):
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step; returns the (detached) loss."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         with runtime.autocast(self.device, self.cfg.precision):
-            pred = self.model(x)
+            pred = self.net(x)
         loss = self.loss_fn(pred, y)
         loss.backward()
         self.optimizer.step()
@@ -66,8 +77,9 @@ class PyTorchBackend(Backend):
     def train_epoch(self, epoch: int, lr: float,
                     on_step: Callable[[int, float], None] | None = None) -> EpochResult:
         """One pass over the shard; the loss is averaged over steps."""
-        self.model.train()
-        self.optimizer.set_lr(lr)
+        self.net.train()
+        for group in self.optimizer.param_groups:  # per-epoch LR from the common schedule
+            group["lr"] = lr
         start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
         for x, y in batches(self.train_loader, epoch, self.device):
             loss = self.train_step(x, y)
@@ -77,19 +89,33 @@ class PyTorchBackend(Backend):
             if on_step:
                 on_step(x.shape[0], float(loss))
         seconds = time.perf_counter() - start
-        return EpochResult(samples, float(total) / max(steps, 1), seconds)
+        loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
+        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
 
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean absolute error over every validation sample and target."""
-        self.model.eval()
+        self.net.eval()
         abs_sum, count = torch.zeros((), dtype=torch.float64), 0
         for x, y in batches(self.eval_loader, 0, self.device):
             with runtime.autocast(self.device, self.cfg.precision):
-                pred = self.model(x)
+                pred = self.net(x)
             abs_sum += (pred.float() - y).abs().sum().double().cpu()
             count += y.numel()
-        return float(abs_sum) / max(count, 1)
+        total, n = self.comm.sum([float(abs_sum), float(count)])  # whole validation set
+        return total / max(n, 1)
+
+    def export_weights(self) -> dict:
+        """Canonical weights of this rank's model replica."""
+        return export_weights(self.model)
+
+    def barrier(self) -> None:
+        """All ranks reach this point (before run_start and run_stop)."""
+        self.comm.barrier()
+
+    def close(self) -> None:
+        """Release the process group."""
+        self.comm.close()
 
     def peak_flops(self, precision: str) -> float:
         """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""

@@ -1,0 +1,101 @@
+"""Data parallelism from outside the model: torch DDP (gloo/NCCL) or Horovod.
+
+The backend asks this module to wrap its single-device model and optimizer and for the
+few collectives the driver needs (sum, barrier). Rank facts come from the ONE discovery
+function in ``sciperf.distributed``; a lost peer raises after `distributed.timeout_s`
+instead of hanging, so the job ends with `run_stop aborted`.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from sciperf.distributed import RankInfo
+from sciperf.errors import SciperfError
+
+
+class Comm:
+    """Collectives of one data-parallel group (a no-op group for one process)."""
+
+    def __init__(self, info: RankInfo, backend: str, device: torch.device, timeout_s: int):
+        self.info, self.kind, self.device = info, backend, device
+        self.hvd = None
+        if info.world == 1 and backend == "native":
+            return
+        if backend == "horovod":
+            self.hvd = _horovod()
+            self.hvd.init()
+            if (self.hvd.rank(), self.hvd.size()) != (info.rank, info.world):
+                raise SciperfError(
+                    f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "
+                    f"environment ({info.source}) says {info.rank}/{info.world}")
+            return
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            init_method=f"tcp://{info.master_addr}:{info.master_port}",
+            rank=info.rank, world_size=info.world,
+            timeout=datetime.timedelta(seconds=timeout_s))
+
+    @property
+    def active(self) -> bool:
+        """True when there is more than one rank to talk to."""
+        return self.info.world > 1
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DDP for native multi-rank runs; Horovod and single rank keep the module."""
+        if self.kind == "native" and self.active:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if self.hvd is not None:
+            self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        return model
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
+                       model: torch.nn.Module) -> torch.optim.Optimizer:
+        """Horovod averages gradients inside the optimizer; DDP already did in backward."""
+        if self.hvd is None:
+            return optimizer
+        wrapped = self.hvd.DistributedOptimizer(optimizer,
+                                                named_parameters=model.named_parameters())
+        self.hvd.broadcast_optimizer_state(wrapped, root_rank=0)
+        return wrapped
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks (float64 on the host)."""
+        if not self.active:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.hvd is not None:
+            t = self.hvd.allreduce(t, op=self.hvd.Sum, name="sciperf.sum")
+        else:
+            t = t.to(self.device) if self.device.type == "cuda" else t
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return [float(v) for v in t.cpu()]
+
+    def barrier(self) -> None:
+        """Wait for every rank (run_start / run_stop are taken after one)."""
+        if not self.active:
+            return
+        if self.hvd is not None:
+            self.hvd.allreduce(torch.zeros(1), name="sciperf.barrier")
+        else:
+            dist.barrier()
+
+    def close(self) -> None:
+        """Tear the group down so the process can exit promptly."""
+        if self.kind == "native" and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _horovod():
+    """horovod.torch, or a clear line on how to get it."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise SciperfError(
+            "distributed.backend=horovod needs Horovod (containers/install.sh --horovod)"
+        ) from exc
+    return hvd
