@@ -32,7 +32,8 @@ bench: setup ## measure throughput; writes bench/<workload>.json
 	$(SCIPERF) bench workload=$(WORKLOAD) $(ARGS)
 
 lint: setup ## ruff
-	$(VENV)/bin/ruff check common frameworks tests
+	$(VENV)/bin/ruff check common frameworks launchers tests
+	shellcheck containers/*.sh launchers/slurm/*.sh
 
 clean: ## remove generated data and results (keeps .venv)
 	rm -rf data results bench

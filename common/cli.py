@@ -82,6 +82,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+@verb("launch", "render the job (system/launcher/container); submit it on Slurm or start it here")
+def cmd_launch(args: argparse.Namespace) -> int:
+    try:
+        from sciperf_launchers import launch
+    except ImportError as exc:
+        raise SciperfError("`sciperf launch` needs the launcher layer: pip install --no-deps "
+                           "-e launchers (containers/install.sh does)") from exc
+    return launch(_cfg(args), overrides=args.overrides)
+
+
 @verb("show", "print the composed config (after overrides) as YAML")
 def cmd_show(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf

@@ -41,7 +41,7 @@ else
   py="$venv/bin/python"
 fi
 
-pkgs=(-e "$here/common")
+pkgs=(-e "$here/common" -e "$here/launchers")
 IFS=',' read -ra fws <<< "$frameworks"
 for fw in "${fws[@]}"; do
   [ -d "$here/frameworks/$fw" ] || { echo "install.sh: unknown framework '$fw'" >&2; exit 2; }
@@ -64,7 +64,8 @@ if [ "$mpi" = 1 ] && ! command -v mpirun >/dev/null; then
 fi
 
 stamp_inputs=$(cat "$here/constraints.txt" "$here"/common/pyproject.toml \
-  "$here"/frameworks/*/pyproject.toml "$here/containers/build-horovod.sh" 2>/dev/null
+  "$here"/frameworks/*/pyproject.toml "$here"/launchers/pyproject.toml \
+  "$here/containers/build-horovod.sh" 2>/dev/null
   echo "$frameworks $dev $horovod $mpi")
 stamp="$($py -c 'import sys; print(sys.prefix)')/.sciperf-install-$(echo "$stamp_inputs" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then

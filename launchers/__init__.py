@@ -1,0 +1,100 @@
+"""sciperf's launcher layer: `sciperf launch` renders, writes and submits or starts a job.
+
+Pieces (DESIGN.md rule 7): a launcher (`launcher.py`) turns the allocation into words, a
+container (`container.py`) wraps the program, the system config supplies site facts, and
+`compose.command` puts them together in the order launcher → container → program.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sciperf.errors import SciperfError
+
+from .compose import Plan, Program, command, default_program, plan
+from .container import CONTAINERS, make_container
+from .launcher import LAUNCHERS, MPI_FLAVOURS, Allocation, make_launcher
+from .local import free_port, port_is_free, run_local
+
+__all__ = ["CONTAINERS", "LAUNCHERS", "MPI_FLAVOURS", "Allocation", "Plan", "Program",
+           "command", "default_program", "job_env", "launch", "make_container",
+           "make_launcher", "plan", "run_local", "submit", "write_script"]
+
+
+def job_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment jobs inherit: this interpreter's bin/ first, so `sciperf` resolves."""
+    env = dict(os.environ if base is None else base)
+    bindir = str(Path(sys.executable).parent)
+    parts = [p for p in env.get("PATH", "").split(os.pathsep) if p]
+    if bindir not in parts:
+        env["PATH"] = os.pathsep.join([bindir, *parts])
+    return env
+
+
+def write_script(path: Path, text: str) -> Path:
+    """Write atomically (never a half-written script), executable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+    return path
+
+
+def submit(path: Path, env: Mapping[str, str], *extra: str, timeout: float | None = None) -> str:
+    """`sbatch --parsable [EXTRA…] SCRIPT`; returns the job id (`--wait`: once it ended well)."""
+    exe = shutil.which("sbatch", path=env.get("PATH"))
+    if exe is None:
+        raise SciperfError(f"sbatch not found: submit {path} from a Slurm login node, "
+                           f"or use dry_run=true to only render it")
+    proc = subprocess.run([exe, "--parsable", *extra, str(path)], capture_output=True,
+                          text=True, env=dict(env), check=False, timeout=timeout)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise SciperfError(f"sbatch {path} failed: {reason}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
+           program: Program | None = None, *, as_root: bool | None = None) -> int:
+    """Render the job for `cfg`; unless `cfg.dry_run`, submit it (Slurm) or start it.
+
+    `overrides` are the user's `key=value` words: all but the launch keys are passed to the
+    program. Slurm systems get `OUT/launch.sbatch` (job id printed), other systems
+    `OUT/launch.sh` run here, the local launcher N supervised processes.
+    """
+    job = plan(cfg, overrides, program, as_root=as_root)
+    dry = bool(cfg.get("dry_run", False))
+    if not dry and program is None and not Path(job.program.data_dir or "").is_dir():
+        raise SciperfError(f"data.dir={job.program.data_dir} does not exist "
+                           f"(run `sciperf prepare` first)")
+    if job.kind == "local":
+        print(job.text, end="", file=sys.stdout if dry else sys.stderr, flush=True)
+        if dry:
+            return 0
+        port = int(job.launcher.options.get("master_port") or 0)
+        if not port or not port_is_free(port):
+            port = free_port()
+        run_id = f"sciperf-local-{os.getpid()}"
+        return run_local(job.rank_commands(port, run_id, job_env()))
+    path = write_script(Path(job.output_dir) / str(job.filename), job.text)
+    if dry:
+        print(job.text, end="", flush=True)
+        print(f"sciperf launch: wrote {path} (dry run: not submitted)", file=sys.stderr)
+        return 0
+    env = job_env()
+    if job.kind == "sbatch":
+        job_id = submit(path, env)
+        print(f"sciperf launch: submitted {path} as job {job_id}; log "
+              f"{Path(job.output_dir) / f'slurm-{job_id}.out'}", file=sys.stderr)
+        print(job_id, flush=True)
+        return 0
+    print(f"sciperf launch: running {path}", file=sys.stderr, flush=True)
+    return subprocess.call(["bash", str(path)], env=env)

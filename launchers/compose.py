@@ -1,0 +1,255 @@
+"""Compose launcher → container → program (DESIGN.md rule 7) and render the job.
+
+`command` is the one place the three meet. `plan` checks the request against the system,
+builds the program's command line from the run's overrides, and renders one of:
+
+* ``sbatch``: a batch script (Slurm systems; launchers srun, mpirun, torchrun),
+* ``script``: a shell script run on this host (mpirun/torchrun on a system without Slurm),
+* ``local``:  N rank command lines that `sciperf launch` starts and supervises itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sciperf.config import config_dir
+from sciperf.distributed import DEFAULT_PORT
+from sciperf.errors import SciperfError
+
+from . import shell
+from .container import Container, make_container
+from .launcher import Allocation, Launcher, LocalLauncher, make_launcher, mpi_flavour
+
+SCHEDULERS = ("none", "slurm")
+# overrides that configure the launch, not the training program
+LAUNCH_KEYS = ("launcher", "container", "dry_run", "nodes", "time_limit", "system.scheduler",
+               "system.mpi", "system.account", "system.partition", "system.qos",
+               "system.constraint", "system.setup")
+# keys the program gets from the composed config (choices) or rewritten (paths)
+PROGRAM_KEYS = ("workload", "framework", "experiment", "system", "data.dir", "output_dir")
+
+
+@dataclass(frozen=True)
+class Program:
+    """What runs in each rank: argv, plus the host paths the container must mount.
+
+    With `path_args` the program is told `data.dir=` / `output_dir=` as the container
+    sees them (for `sciperf train`); a custom program gets the mounts only.
+    """
+
+    argv: tuple[str, ...]
+    data_dir: str | None = None
+    output_dir: str | None = None
+    binds: tuple[str, ...] = ()
+    path_args: bool = True
+
+    def words(self, container: Container) -> list[str]:
+        words = list(self.argv)
+        if self.path_args and self.data_dir:
+            words.append(f"data.dir={container.data_path(self.data_dir)}")
+        if self.path_args and self.output_dir:
+            words.append(f"output_dir={container.output_path(self.output_dir)}")
+        return words
+
+
+def command(launcher: Launcher, container: Container, program: Program,
+            alloc: Allocation, slurm: bool) -> list[list[str]]:
+    """launcher → container → program, as three word groups (the only composition)."""
+    return [
+        launcher.words(alloc, slurm),
+        container.words(program.data_dir, program.output_dir, launcher.env_names,
+                        program.binds),
+        program.words(container),
+    ]
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0].strip()
+
+
+def _is_launch_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in LAUNCH_KEYS)
+
+
+def default_program(cfg: DictConfig, overrides: Sequence[str] | None = None,
+                    verb: str = "train") -> Program:
+    """`sciperf VERB` with the run's choices and the user's overrides (launch keys dropped).
+
+    Without `overrides` (API use) the program gets the choices and paths only.
+    """
+    given = {_key(o): o for o in overrides or ()}
+    choices = {"workload": cfg.benchmark, "framework": cfg.framework.name,
+               "experiment": cfg.experiment}
+    if (config_dir() / "system" / f"{cfg.system.name}.yaml").is_file():
+        choices["system"] = cfg.system.name
+    argv = ["sciperf", verb]
+    for key in ("workload", "framework", "experiment", "system"):
+        if key in given:
+            argv.append(given[key])
+        elif key in choices:
+            argv.append(f"{key}={choices[key]}")
+    for override in overrides or ():
+        key = _key(override)
+        if not _is_launch_key(key) and key not in PROGRAM_KEYS:
+            argv.append(override)
+    stage = OmegaConf.select(cfg, "data.stage_dir", default=None)
+    binds = (f"{os.path.abspath(stage)}:{os.path.abspath(stage)}",) if stage else ()
+    return Program(tuple(argv), os.path.abspath(cfg.data.dir), os.path.abspath(cfg.output_dir),
+                   binds)
+
+
+@dataclass
+class Plan:
+    """A rendered job and the pieces it was made of."""
+
+    kind: str  # sbatch | script | local
+    text: str
+    output_dir: str
+    launcher: Launcher
+    container: Container
+    program: Program
+    alloc: Allocation
+    groups: list[list[str]] = field(default_factory=list)
+
+    @property
+    def filename(self) -> str | None:
+        return {"sbatch": "launch.sbatch", "script": "launch.sh"}.get(self.kind)
+
+    def rank_commands(self, port: int, run_id: str,
+                      base_env: Mapping[str, str]) -> list[tuple[list[str], dict[str, str]]]:
+        """(argv, env) of every rank (local launcher only)."""
+        assert isinstance(self.launcher, LocalLauncher)
+        argv = shell.flat(self.groups)
+        return [(argv, {**base_env, **env})
+                for env in self.launcher.rank_env(self.alloc, port, run_id)]
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    if node is None:
+        return {}
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+    return dict(node)
+
+
+def _check(cfg: DictConfig, launcher: Launcher, system: Mapping[str, Any]) -> tuple[int, bool]:
+    """(nodes, under Slurm) after checking the request against the system's facts."""
+    name = system.get("name", "?")
+    scheduler = system.get("scheduler") or "none"
+    if scheduler not in SCHEDULERS:
+        raise SciperfError(f"system.scheduler={scheduler} is not one of {', '.join(SCHEDULERS)} "
+                           f"(configs/system/{name}.yaml)")
+    mpi_flavour(system)
+    nodes = int(cfg.nodes)
+    available = int(system.get("nodes") or 1)
+    if nodes < 1:
+        raise SciperfError(f"nodes={nodes} must be at least 1")
+    if nodes > available:
+        raise SciperfError(f"nodes={nodes} exceeds the {available} node(s) of system={name} "
+                           f"(configs/system/{name}.yaml: nodes)")
+    if not launcher.multi_node and nodes > 1:
+        raise SciperfError(f"launcher={launcher.name} runs on this host only; nodes={nodes} "
+                           f"needs launcher=srun, mpirun or torchrun on a Slurm system")
+    slurm = scheduler == "slurm" and launcher.name != "local"
+    if launcher.needs_slurm and not slurm:
+        raise SciperfError(f"launcher={launcher.name} needs a Slurm system; system={name} has "
+                           f"scheduler={scheduler} (e.g. system=slurm-gpu-node)")
+    if nodes > 1 and not slurm:
+        raise SciperfError(f"launcher={launcher.name} with nodes={nodes} needs a Slurm system; "
+                           f"system={name} has scheduler={scheduler}")
+    return nodes, slurm
+
+
+def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
+         program: Program | None = None, as_root: bool | None = None) -> Plan:
+    """Check the request and render it (nothing is written or started)."""
+    system = _plain(cfg.system)
+    launcher = make_launcher(_plain(cfg.launcher) or {"name": "local"}, system, as_root)
+    container = make_container(_plain(cfg.container) or {"name": "none"},
+                               int(system.get("accelerators_per_node") or 0))
+    nodes, slurm = _check(cfg, launcher, system)
+    alloc = launcher.allocation(nodes)
+    program = program or default_program(cfg, overrides)
+    groups = command(launcher, container, program, alloc, slurm)
+    output_dir = os.path.abspath(cfg.output_dir)
+    header = {"launcher": launcher.name, "container": container.name,
+              "system": system.get("name", "?")}
+    if isinstance(launcher, LocalLauncher):
+        port = int(launcher.options.get("master_port") or DEFAULT_PORT)
+        lines = [shell.render([[f"{k}={v}" for k, v in env.items()], *groups[1:]])
+                 for env in launcher.rank_env(alloc, port, "sciperf-local")]
+        text = LOCAL.substitute(header, n=alloc.tasks, lines="\n".join(lines))
+        return Plan("local", text, output_dir, launcher, container, program, alloc, groups)
+    setup = "".join(f"{line}\n" for line in system.get("setup") or [])
+    body = {**header, "setup": setup, "command": shell.render(groups)}
+    if slurm:
+        text = BATCH.substitute(body, directives=_directives(cfg, launcher, alloc, system,
+                                                             output_dir),
+                                rendezvous=SLURM_RENDEZVOUS)
+        return Plan("sbatch", text, output_dir, launcher, container, program, alloc, groups)
+    text = SCRIPT.substitute(body, rendezvous=HOST_RENDEZVOUS)
+    return Plan("script", text, output_dir, launcher, container, program, alloc, groups)
+
+
+def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
+                system: Mapping[str, Any], output_dir: str) -> str:
+    tasks_per_node, cpus_per_task = launcher.request(alloc)
+    lines = [f"--job-name=sciperf-{cfg.benchmark}-{cfg.framework.name}",
+             f"--nodes={alloc.nodes}", f"--ntasks-per-node={tasks_per_node}"]
+    if alloc.gpus_per_node:
+        lines.append(f"--gpus-per-node={alloc.gpus_per_node}")
+    if cpus_per_task:
+        lines.append(f"--cpus-per-task={cpus_per_task}")
+    lines.append(f"--time={OmegaConf.select(cfg, 'time_limit', default='01:00:00')}")
+    for key in ("account", "partition", "qos", "constraint"):
+        if system.get(key):
+            lines.append(f"--{key}={system[key]}")
+    lines.append(f"--output={Path(output_dir) / 'slurm-%j.out'}")
+    return "\n".join(f"#SBATCH {line}" for line in lines)
+
+
+# Batch and host scripts. Shell variables inside the substituted values are not templates.
+BATCH = Template("""\
+#!/bin/bash
+$directives
+# Rendered by `sciperf launch` (launcher=$launcher container=$container system=$system).
+# Composition: launcher -> container -> program. Submit again with `sbatch <this file>`.
+set -euo pipefail
+$setup$rendezvous
+$command
+""")
+
+SCRIPT = Template("""\
+#!/bin/bash
+# Rendered by `sciperf launch` (launcher=$launcher container=$container system=$system).
+# Composition: launcher -> container -> program. Run again with `bash <this file>`.
+set -euo pipefail
+$setup$rendezvous
+$command
+""")
+
+LOCAL = Template("""\
+# Rendered by `sciperf launch` (launcher=$launcher container=$container system=$system).
+# $n rank(s) on this host, started and supervised by `sciperf launch`: when one exits
+# non-zero the others are stopped. MASTER_PORT moves to a free port when busy.
+$lines
+""")
+
+SLURM_RENDEZVOUS = f"""\
+# Rank 0's host and a port per job (what sciperf.distributed.discover and torchrun use).
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+export MASTER_ADDR
+export MASTER_PORT=$(({DEFAULT_PORT} + SLURM_JOB_ID % 1000))
+"""
+
+HOST_RENDEZVOUS = f"""\
+export MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}
+export MASTER_PORT=${{MASTER_PORT:-{DEFAULT_PORT}}}
+"""

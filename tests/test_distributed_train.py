@@ -1,0 +1,130 @@
+"""Real multi-process training: torchrun (DDP/gloo), mpirun (Horovod), and a dying rank.
+
+Every test starts real launchers and real processes on this machine; weights are
+compared across ranks through the canonical .npz files each rank writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+BIN = Path(sys.executable).parent
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+         "train.max_epochs=2", "framework.threads=1", "train.save_weights=true"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dist-data")
+    subprocess.run([str(BIN / "sciperf"), "prepare", "experiment=mini", f"data.dir={root}"],
+                   check=True, capture_output=True)
+    return root
+
+
+def _run(cmd: list[str], env: dict | None = None, timeout: int = 300):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+def _assert_two_rank_run(out: Path, proc) -> None:
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["epochs"] == 2, proc.stderr[-2000:]
+    w0 = np.load(out / "weights_rank0.npz")
+    w1 = np.load(out / "weights_rank1.npz")
+    assert sorted(w0.files) == sorted(w1.files)
+    for name in w0.files:  # data-parallel replicas stay bit-identical
+        np.testing.assert_array_equal(w0[name], w1[name], err_msg=name)
+    assert not np.array_equal(w0["conv0/kernel"], np.zeros_like(w0["conv0/kernel"]))
+    lines = (out / "result_0.txt").read_text().splitlines()
+    assert sum('"key": "run_start"' in ln for ln in lines) == 1  # MLLOG from rank 0 only
+    assert not list(out.glob("result_1*"))
+
+
+def test_torchrun_ddp_two_ranks_keep_identical_weights(data, tmp_path):
+    out = tmp_path / "ddp"
+    proc = _run([str(BIN / "torchrun"), "--nproc_per_node=2", "--master_port=29611",
+                 "-m", "sciperf.cli", "train", *SMALL, f"data.dir={data}", f"output_dir={out}"])
+    _assert_two_rank_run(out, proc)
+
+
+def _horovod_ready() -> str | None:
+    if shutil.which("mpirun") is None:
+        return "mpirun (OpenMPI) is not installed"
+    probe = _run([sys.executable, "-c", "import horovod.torch"])
+    return None if probe.returncode == 0 else "Horovod is not installed (install.sh --horovod)"
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_mpirun_horovod_two_ranks_keep_identical_weights(data, tmp_path, framework):
+    reason = _horovod_ready()
+    if reason:
+        pytest.skip(reason)
+    if framework == "tensorflow":
+        pytest.importorskip("sciperf_tensorflow")
+    out = tmp_path / f"hvd-{framework}"
+    proc = _run(["mpirun", "-np", "2", "--bind-to", "none", str(BIN / "sciperf"), "train",
+                 *SMALL, f"framework={framework}", "distributed.backend=horovod",
+                 f"data.dir={data}", f"output_dir={out}"], env=MPI_ENV)
+    _assert_two_rank_run(out, proc)
+
+
+def _rank_pids(parent: int) -> dict[int, int]:
+    """LOCAL_RANK → pid of the worker processes under a torchrun agent."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text().split()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat[3]) != parent:
+            continue
+        for item in env:
+            if item.startswith(b"LOCAL_RANK="):
+                found[int(item.split(b"=")[1])] = int(proc.name)
+    return found
+
+
+def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path):
+    out = tmp_path / "die"
+    cmd = [str(BIN / "torchrun"), "--nproc_per_node=2", "--master_port=29612", "-m",
+           "sciperf.cli", "train", "experiment=mini", "train.max_epochs=50",
+           "framework.threads=1", f"data.dir={data}", f"output_dir={out}"]
+    agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = out / "result_0.txt"
+    deadline = time.time() + 120
+    while time.time() < deadline and '"epoch_start"' not in (log.read_text()
+                                                              if log.exists() else ""):
+        time.sleep(0.5)
+    time.sleep(1.0)  # mid-epoch
+    pids = _rank_pids(agent.pid)
+    assert set(pids) == {0, 1}, f"workers not found: {pids}"
+    os.kill(pids[1], signal.SIGKILL)
+    killed = time.time()
+    try:
+        agent.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        pytest.fail("the job still ran 60 s after rank 1 died")
+    assert agent.returncode != 0
+    assert time.time() - killed < 60
+    stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
+             if '"key": "run_stop"' in ln]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    assert json.loads((out / "summary.json").read_text())["status"] == "error"

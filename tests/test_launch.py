@@ -1,0 +1,385 @@
+"""The launcher layer: rendered scripts (snapshots), composition rules, errors, real local runs.
+
+Snapshots: every launcher × container on the perlmutter-like system, rendered with fixed
+absolute paths and as a non-root user, compared exactly with tests/snapshots/launch/.
+Regenerate after an intended change with `SCIPERF_UPDATE_SNAPSHOTS=1 pytest tests/test_launch.py`
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sciperf.config import compose, config_dir
+from sciperf.errors import SciperfError
+
+launchers = pytest.importorskip("sciperf_launchers")
+from sciperf_launchers import Program, command, job_env, launch, plan, submit  # noqa: E402
+from sciperf_launchers.local import free_port  # noqa: E402
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots" / "launch"
+UPDATE = os.environ.get("SCIPERF_UPDATE_SNAPSHOTS") == "1"
+DATA = "/scratch/sciperf/data/cosmoflow"  # fixed paths: snapshots never depend on the checkout
+OUT = "/scratch/sciperf/results/cosmoflow-pytorch-mini"
+IMAGES = {"none": [], "apptainer": ["container.image=/images/sciperf-pytorch.sif"],
+          "docker": ["container.image=sciperf:pytorch"]}
+
+
+def _group(name: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / name).glob("*.yaml"))
+
+
+LAUNCHERS = _group("launcher")
+CONTAINERS = _group("container")
+
+
+def _overrides(launcher: str, container: str, *extra: str) -> list[str]:
+    return ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
+            "system=perlmutter-like", f"launcher={launcher}", f"container={container}",
+            f"nodes={1 if launcher == 'local' else 2}", f"data.dir={DATA}", f"output_dir={OUT}",
+            "train.max_epochs=3", *IMAGES.get(container, []), *extra]
+
+
+def _plan(launcher: str, container: str, *extra: str, as_root: bool = False):
+    overrides = _overrides(launcher, container, *extra)
+    return plan(compose(overrides), overrides=overrides, as_root=as_root)
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("container", CONTAINERS)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_rendered_script_matches_snapshot(launcher: str, container: str) -> None:
+    text = _plan(launcher, container).text
+    path = SNAPSHOTS / f"perlmutter-like_{launcher}_{container}.txt"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"no snapshot {path}: run with SCIPERF_UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text(), (
+        f"{path.name} differs from the rendering; if intended, regenerate with "
+        f"SCIPERF_UPDATE_SNAPSHOTS=1 and review the diff")
+
+
+def test_no_stale_snapshots() -> None:
+    expected = {f"perlmutter-like_{lc}_{c}.txt" for lc in LAUNCHERS for c in CONTAINERS}
+    assert {p.name for p in SNAPSHOTS.glob("*.txt")} == expected
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_rendered_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
+    paths = []
+    for launcher in ("srun", "mpirun", "torchrun"):
+        for container in CONTAINERS:
+            path = tmp_path / f"{launcher}_{container}.sh"
+            path.write_text(_plan(launcher, container).text)
+            paths.append(str(path))
+    proc = subprocess.run(["shellcheck", *paths], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+# --- composition -------------------------------------------------------------------------
+
+def _words(job) -> list[str]:
+    return [str(w) for group in job.groups for w in group]
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+@pytest.mark.parametrize("container", ["apptainer", "docker"])
+def test_order_is_launcher_container_program_once(launcher: str, container: str) -> None:
+    job = _plan(launcher, container)
+    words = _words(job)
+    first = {"srun": "srun", "mpirun": "mpirun", "torchrun": "srun"}[launcher]
+    i_launch, i_cont = words.index(first), words.index(container)
+    i_prog = words.index("sciperf")
+    assert i_launch == 0 and i_launch < i_cont < i_prog
+    assert words[i_prog + 1] == "train"
+    for word in (first, container, "sciperf", "train", "sciperf:pytorch"):
+        assert words.count(word) <= 1, word
+    # the script holds exactly that one command
+    verb = {"apptainer": "exec", "docker": "run"}[container]
+    assert job.text.count(f"{container} {verb} ") == 1 and job.text.count("sciperf train") == 1
+
+
+def test_command_is_three_groups() -> None:
+    job = _plan("srun", "apptainer")
+    groups = command(job.launcher, job.container, job.program, job.alloc, slurm=True)
+    assert [g[0] for g in groups] == ["srun", "apptainer", "sciperf"]
+
+
+def test_container_binds_and_rewrites_paths() -> None:
+    words = _words(_plan("srun", "apptainer"))
+    assert words[words.index("--bind") + 1] == f"{DATA}:/data:ro,{OUT}:/results"
+    program = words[words.index("sciperf"):]
+    assert "data.dir=/data" in program and "output_dir=/results" in program
+    assert not any(DATA in w or OUT in w for w in program)
+
+    job = _plan("mpirun", "docker", "container.data_mount=/in", "container.output_mount=/out",
+                "container.binds=[/ssd:/ssd]")
+    words = job.groups[1] + job.groups[2]
+    volumes = [words[i + 1] for i, w in enumerate(words) if w == "-v"]
+    assert volumes == [f"{DATA}:/in:ro", f"{OUT}:/out", "/ssd:/ssd"]
+    assert "data.dir=/in" in words and "output_dir=/out" in words
+    for name in ("OMPI_COMM_WORLD_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        assert words[words.index(name) - 1] == "-e"  # rank variables cross into the container
+
+    words = _words(_plan("srun", "none"))
+    assert f"data.dir={DATA}" in words and f"output_dir={OUT}" in words
+
+
+def test_gpu_flags_follow_the_system() -> None:
+    for container, flag in (("apptainer", "--nv"), ("docker", "--gpus")):
+        assert flag in _words(_plan("srun", container))
+        assert flag not in _words(_plan("srun", container, "system.accelerators_per_node=0"))
+        assert flag in _words(_plan("srun", container, "system.accelerators_per_node=0",
+                                    "container.gpus=true"))
+
+
+@pytest.mark.parametrize(("system", "extra", "flavour"), [
+    ("perlmutter-like", [], "pmi2"),
+    ("slurm-gpu-node", [], "pmix"),
+    ("perlmutter-like", ["system.mpi=pmix"], "pmix"),
+    ("local-slurm", [], "pmix"),
+])
+def test_srun_uses_the_system_mpi_flavour(system: str, extra: list[str], flavour: str) -> None:
+    overrides = ["launcher=srun", f"system={system}", f"output_dir={OUT}", *extra]
+    text = plan(compose(overrides), overrides=overrides).text
+    assert f" --mpi={flavour} " in text and text.count("--mpi=") == 1
+
+
+def test_resource_request_per_launcher() -> None:
+    srun = _plan("srun", "none").text
+    for line in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=32",
+                 "--time=", "--qos=regular", "--constraint=gpu", f"--output={OUT}/slurm-%j.out"):
+        assert f"#SBATCH {line}" in srun, line
+    torchrun = _plan("torchrun", "none").text
+    assert "#SBATCH --ntasks-per-node=1\n" in torchrun and "--cpus-per-task=128\n" in torchrun
+    assert "--nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d" in torchrun
+    assert '"--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT"' in torchrun
+    mpirun = _plan("mpirun", "none", "launcher.tasks_per_node=2").text
+    assert "mpirun -np 4 --map-by ppr:2:node --bind-to none" in mpirun
+    assert "#SBATCH --cpus-per-task=64\n" in mpirun
+
+
+def test_account_and_partition_only_when_set() -> None:
+    text = _plan("srun", "none").text
+    assert "--account" not in text and "--partition" not in text
+    text = _plan("srun", "none", "system.account=myproject", "system.partition=gpu").text
+    assert "#SBATCH --account=myproject\n" in text and "#SBATCH --partition=gpu\n" in text
+
+
+def test_mpirun_allows_root_only_as_root() -> None:
+    assert "--allow-run-as-root" not in _plan("mpirun", "none", as_root=False).text
+    assert "--allow-run-as-root" in _plan("mpirun", "none", as_root=True).text
+
+
+def test_program_gets_user_overrides_but_not_launch_keys() -> None:
+    program = _plan("srun", "apptainer", "dry_run=true", "launcher.tasks_per_node=2",
+                    "seed=7", "system.account=x", "system.submission_org=lab",
+                    "time_limit=00:10:00").program.argv
+    assert "train.max_epochs=3" in program and "seed=7" in program
+    assert "system=perlmutter-like" in program and "workload=cosmoflow" in program
+    assert "system.submission_org=lab" in program  # MLLOG keys reach the program
+    launch_only = ("launcher", "container", "nodes", "dry_run", "time_limit", "system.account")
+    assert not any(w.split("=")[0] in launch_only
+                   or w.startswith(("launcher.", "container.")) for w in program)
+
+
+def test_setup_lines_run_before_the_command() -> None:
+    text = _plan("srun", "apptainer", "system.setup=[module load apptainer]").text
+    assert text.index("\nmodule load apptainer\n") < text.index("\nsrun ")
+
+
+def test_host_script_without_slurm() -> None:
+    overrides = ["launcher=torchrun", "launcher.tasks_per_node=2", f"output_dir={OUT}"]
+    job = plan(compose(overrides), overrides=overrides)
+    assert job.kind == "script" and job.filename == "launch.sh"
+    assert "#SBATCH" not in job.text and "srun" not in job.text
+    assert "export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}" in job.text
+
+
+# --- errors ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["launcher=srun", "system=perlmutter-like", "nodes=5000"], "nodes=5000 exceeds the 1536"),
+    (["launcher=srun", "system=perlmutter-like", "nodes=0"], "nodes=0 must be at least 1"),
+    (["launcher=local", "system=perlmutter-like", "nodes=2"], "launcher=local runs on this host"),
+    (["launcher=srun", "system=local"], "launcher=srun needs a Slurm system"),
+    (["launcher=mpirun", "system=local", "system.nodes=4", "nodes=2"],
+     "launcher=mpirun with nodes=2 needs a Slurm system"),
+    (["launcher=srun", "container=apptainer", "system=slurm-gpu-node"],
+     "container=apptainer needs an image"),
+    (["launcher=mpirun", "container=docker", "system=slurm-gpu-node"],
+     "container=docker needs an image"),
+    (["launcher=srun", "system=slurm-gpu-node", "system.mpi=mvapich"],
+     "system.mpi=mvapich is not a known MPI flavour"),
+    (["launcher=srun", "system=slurm-gpu-node", "system.scheduler=pbs"],
+     "system.scheduler=pbs is not one of"),
+    (["launcher=srun", "system=slurm-gpu-node", "launcher.tasks_per_node=0"],
+     "launcher.tasks_per_node=0 must be at least 1"),
+    (["launcher=local", "launcher.nprocs=0"], "launcher.nprocs=0 must be at least 1"),
+])
+def test_impossible_requests_are_one_line_errors(extra: list[str], needle: str) -> None:
+    with pytest.raises(SciperfError) as err:
+        overrides = [f"output_dir={OUT}", *extra]
+        plan(compose(overrides), overrides=overrides)
+    message = str(err.value)
+    assert needle in message and "\n" not in message, message
+
+
+def test_submit_without_sbatch_is_a_clear_error(tmp_path: Path) -> None:
+    script = tmp_path / "launch.sbatch"
+    script.write_text("#!/bin/bash\n")
+    with pytest.raises(SciperfError, match="sbatch not found"):
+        submit(script, {"PATH": str(tmp_path)})
+
+
+def test_dry_run_writes_and_prints_but_submits_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    overrides = ["launcher=srun", "system=slurm-gpu-node", "nodes=2", "dry_run=true",
+                 f"output_dir={out}", f"data.dir={tmp_path / 'missing'}"]
+    assert launch(compose(overrides), overrides=overrides) == 0
+    script = (out / "launch.sbatch").read_text()
+    assert capsys.readouterr().out == script
+    assert script.startswith("#!/bin/bash\n#SBATCH") and os.access(out / "launch.sbatch", os.X_OK)
+    assert not list(out.glob("slurm-*.out"))
+
+
+def test_missing_data_is_caught_before_submission(tmp_path: Path) -> None:
+    overrides = ["launcher=srun", "system=slurm-gpu-node", f"output_dir={tmp_path}",
+                 f"data.dir={tmp_path / 'missing'}"]
+    with pytest.raises(SciperfError, match="missing does not exist"):
+        launch(compose(overrides), overrides=overrides)
+    assert not (tmp_path / "launch.sbatch").exists()
+
+
+# --- real processes ----------------------------------------------------------------------
+
+RANK_PROGRAM = """\
+import dataclasses, json, os, sys, time
+from sciperf.distributed import discover
+info = discover()
+out = sys.argv[1]
+tmp = os.path.join(out, f".rank{info.rank}.json")
+with open(tmp, "w") as f:
+    json.dump({**dataclasses.asdict(info), "pid": os.getpid()}, f)
+os.replace(tmp, os.path.join(out, f"rank{info.rank}.json"))
+time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+def _rank_program(out: Path, sleep_s: float = 0) -> Program:
+    return Program((sys.executable, "-c", RANK_PROGRAM, str(out), str(sleep_s)),
+                   path_args=False)
+
+
+def _ranks(out: Path, n: int) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def _assert_consistent(infos: list[dict], source: str) -> None:
+    assert [i["rank"] for i in infos] == [0, 1]
+    assert {i["world"] for i in infos} == {2} and {i["local_size"] for i in infos} == {2}
+    assert sorted(i["local_rank"] for i in infos) == [0, 1]
+    assert {i["source"] for i in infos} == {source}
+    assert len({(i["master_addr"], i["master_port"]) for i in infos}) == 1
+
+
+def test_local_launcher_two_ranks_see_one_job(tmp_path: Path) -> None:
+    overrides = ["launcher=local", "launcher.nprocs=2", f"output_dir={tmp_path}"]
+    assert launch(compose(overrides), program=_rank_program(tmp_path)) == 0
+    _assert_consistent(_ranks(tmp_path, 2), "torchrun")
+
+
+def test_local_launcher_stops_all_when_one_rank_dies(tmp_path: Path) -> None:
+    """Kill one of two ranks: the other is stopped and the launcher fails within seconds."""
+    code = (
+        "import sys\n"
+        "from sciperf.config import compose\n"
+        "from sciperf_launchers import Program, launch\n"
+        f"cfg = compose(['launcher=local', 'launcher.nprocs=2', 'output_dir={tmp_path}'])\n"
+        f"prog = Program({_rank_program(tmp_path, 120).argv!r}, path_args=False)\n"
+        "sys.exit(launch(cfg, program=prog))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"rank{r}.json").exists() for r in (0, 1)):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.1)
+        infos = _ranks(tmp_path, 2)
+        _assert_consistent(infos, "torchrun")
+        killed = time.monotonic()
+        os.kill(infos[1]["pid"], signal.SIGKILL)
+        rc = proc.wait(timeout=30)
+        elapsed = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"launcher ended {elapsed:.2f} s after rank 1 was killed, status {rc}")
+    assert rc != 0 and elapsed < 10
+    with pytest.raises(ProcessLookupError):
+        os.kill(infos[0]["pid"], 0)
+    assert "rank 1 exited with status 137" in (proc.stderr.read() if proc.stderr else "")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI (mpirun) not installed")
+def test_mpirun_script_runs_two_ranks(tmp_path: Path) -> None:
+    overrides = ["launcher=mpirun", "launcher.tasks_per_node=2", f"output_dir={tmp_path}",
+                 "launcher.extra_args=[--oversubscribe]"]
+    assert launch(compose(overrides), program=_rank_program(tmp_path)) == 0
+    _assert_consistent(_ranks(tmp_path, 2), "openmpi")
+    assert (tmp_path / "launch.sh").is_file()
+
+
+def test_torchrun_script_runs_two_ranks(tmp_path: Path, monkeypatch) -> None:
+    if shutil.which("torchrun", path=job_env()["PATH"]) is None:
+        pytest.skip("torchrun (torch) not installed")
+    overrides = ["launcher=torchrun", "launcher.tasks_per_node=2", f"output_dir={tmp_path}"]
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # the script's rendezvous port
+    assert launch(compose(overrides), program=_rank_program(tmp_path)) == 0
+    _assert_consistent(_ranks(tmp_path, 2), "torchrun")
+
+
+# --- the console verb --------------------------------------------------------------------
+
+def _has_launch_verb() -> bool:
+    from sciperf.cli import VERBS
+    return "launch" in VERBS
+
+
+needs_verb = pytest.mark.skipif(not _has_launch_verb(),
+                                reason="`sciperf launch` verb not registered in sciperf.cli")
+
+
+@needs_verb
+def test_cli_launch_dry_run_prints_the_written_script(sciperf_cmd, tmp_path: Path) -> None:
+    proc = subprocess.run([*sciperf_cmd, "launch", "system=slurm-gpu-node", "launcher=srun",
+                           "nodes=2", "dry_run=true", f"output_dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (tmp_path / "launch.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in proc.stdout and " --mpi=pmix " in proc.stdout
+
+
+@needs_verb
+def test_cli_launch_impossible_request_is_one_line(sciperf_cmd, tmp_path: Path) -> None:
+    proc = subprocess.run([*sciperf_cmd, "launch", "system=slurm-gpu-node", "launcher=srun",
+                           "nodes=99", f"output_dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "sciperf launch: error: nodes=99 exceeds the 16 node(s) of system=slurm-gpu-node "
+        "(configs/system/slurm-gpu-node.yaml: nodes)"]
+    assert not (tmp_path / "launch.sbatch").exists()
