@@ -11,8 +11,7 @@ from torch.nn import functional as F  # noqa: N812
 from sciperf.backends import Backend, EpochResult, RunContext
 from sciperf.weights import load_npz
 from sciperf.workloads.cosmoflow import ModelSpec
-from sciperf_pytorch import runtime
-from sciperf_pytorch.data import batches, make_loader
+from sciperf_pytorch import dali, data, runtime
 from sciperf_pytorch.distributed import Comm
 from sciperf_pytorch.models.cosmoflow import CosmoFlow, export_weights, import_weights
 from sciperf_pytorch.optim import KerasSGD
@@ -45,12 +44,13 @@ class PyTorchBackend(Backend):
         self.optimizer = self.comm.wrap_optimizer(
             KerasSGD(self.model.parameters(), lr=cfg.opt.base_lr, momentum=cfg.opt.momentum),
             self.model)
+        self.io = dali if cfg.data.loader == "dali" else data  # same two functions in each
         shape = (spec.input_size,) * 3 + (spec.in_channels,)
         common = dict(fmt=cfg.data.format, shape=shape, batch=ctx.local_batch,
                       prefetch=cfg.data.prefetch)
-        self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
+        self.train_loader = self.io.make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
                                         shuffle=cfg.data.shuffle, **common)
-        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False, **common)
+        self.eval_loader = self.io.make_loader(ctx.eval_files, seed=0, shuffle=False, **common)
 
     def parameter_count(self) -> int:
         """Trainable parameters (8,907,556 for the full model)."""
@@ -81,7 +81,7 @@ class PyTorchBackend(Backend):
         for group in self.optimizer.param_groups:  # per-epoch LR from the common schedule
             group["lr"] = lr
         start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
-        for x, y in batches(self.train_loader, epoch, self.device):
+        for x, y in self.io.batches(self.train_loader, epoch, self.device):
             loss = self.train_step(x, y)
             total += loss.cpu()
             steps += 1
@@ -97,7 +97,7 @@ class PyTorchBackend(Backend):
         """Mean absolute error over every validation sample and target."""
         self.net.eval()
         abs_sum, count = torch.zeros((), dtype=torch.float64), 0
-        for x, y in batches(self.eval_loader, 0, self.device):
+        for x, y in self.io.batches(self.eval_loader, 0, self.device):
             with runtime.autocast(self.device, self.cfg.precision):
                 pred = self.net(x)
             abs_sum += (pred.float() - y).abs().sum().double().cpu()
