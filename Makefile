@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SCIPERF := $(VENV)/bin/sciperf
-FRAMEWORKS ?= pytorch
+FRAMEWORKS ?= pytorch,tensorflow
 WORKLOAD ?= cosmoflow
 FRAMEWORK ?= pytorch
 EXPERIMENT ?= mini
@@ -12,7 +12,7 @@ OUT_DIR ?= results/$(WORKLOAD)-$(FRAMEWORK)-$(EXPERIMENT)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test bench lint clean
+.PHONY: help setup setup-test run test bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,11 +21,14 @@ help: ## list the targets
 setup: ## create .venv and install sciperf + frameworks (idempotent)
 	@containers/install.sh --venv $(VENV) --frameworks $(FRAMEWORKS) --dev
 
+setup-test: ## setup + what the tests exercise: OpenMPI, Horovod (cached build), DALI
+	@containers/install.sh --venv $(VENV) --frameworks $(FRAMEWORKS) --dev --mpi --horovod --dali
+
 run: setup ## generate synthetic data, train mini CosmoFlow to target, check the log
 	$(SCIPERF) run workload=$(WORKLOAD) framework=$(FRAMEWORK) experiment=$(EXPERIMENT) \
 	  data.dir=$(DATA_DIR) output_dir=$(OUT_DIR) $(ARGS)
 
-test: setup ## run the test suite
+test: setup-test ## run the test suite
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 bench: setup ## measure throughput; writes bench/<workload>.json

@@ -1,0 +1,1 @@
+"""Single-device models; distribution and precision are applied from outside (runtime)."""

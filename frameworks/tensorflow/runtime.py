@@ -1,0 +1,100 @@
+"""Where the single-device model meets the machine: device, threads, precision, seeds.
+
+Models stay single-device and precision-agnostic (DESIGN.md rule 6); this module applies
+the bf16 mixed-precision policy (oneDNN on CPUs, AMP on GPUs) and determinism. TensorFlow
+fixes its thread pools and visible devices when it first runs an op, so the backend calls
+:func:`setup_threads` and :func:`select_device` before anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+
+
+def cpu_count() -> int:
+    """Cores of this process's allocation (affinity mask, as Slurm/cgroups set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def setup_threads(threads: int) -> int:
+    """Intra-op threads: the configured count, else every core of the allocation.
+
+    Inter-op parallelism is capped at 2: this model is a chain of large ops, each already
+    using every core. Returns the intra-op count in effect; when TensorFlow has already
+    started (e.g. a second backend in one process) its existing pools are kept.
+    """
+    n = threads if threads > 0 else cpu_count()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(min(n, 2))
+    except RuntimeError:  # runtime already initialised: pools are fixed for this process
+        return tf.config.threading.get_intra_op_parallelism_threads() or n
+    return n
+
+
+def select_device(local_rank: int = 0) -> str:
+    """One GPU per local rank when GPUs are present, else the CPU; returns the device name."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "/CPU:0"
+    gpu = gpus[local_rank % len(gpus)]
+    try:
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:  # already initialised with its own visible set
+        pass
+    return "/GPU:0"
+
+
+def seed_everything(seed: int) -> None:
+    """One seed controls Python, numpy, TensorFlow and Keras (init, dropout)."""
+    keras.utils.set_random_seed(seed % 2**32)
+
+
+def set_precision(precision: str) -> None:
+    """bf16 mixed precision (fp32 variables, bf16 compute) or plain fp32, for models built next.
+
+    The model casts its output to float32 before the final tanh, so the loss is fp32.
+    """
+    if precision not in POLICIES:
+        raise ValueError(f"precision={precision} is not one of {', '.join(POLICIES)}")
+    keras.mixed_precision.set_global_policy(POLICIES[precision])
+
+
+def versions() -> dict[str, str]:
+    """Framework and accelerator versions for the run summary."""
+    gpus = tf.config.list_physical_devices("GPU")
+    info = {"framework": "tensorflow", "tensorflow": tf.__version__, "keras": keras.__version__,
+            "device": "cpu"}
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        info["device"] = details.get("device_name", gpus[0].name)
+    build = tf.sysconfig.get_build_info()
+    if build.get("is_cuda_build") and build.get("cuda_version"):
+        info["cuda"] = str(build["cuda_version"])
+    return info
+
+
+def matmul_flops(device: str, precision: str, n: int = 2048, reps: int = 10) -> float:
+    """Best-of-`reps` FLOP/s of an n×n matmul in fp32 or bf16 on `device`."""
+    dtype = tf.bfloat16 if precision == "bf16" else tf.float32
+    with tf.device(device):
+        a = tf.cast(tf.random.normal((n, n)), dtype)
+        b = tf.cast(tf.random.normal((n, n)), dtype)
+        matmul = tf.function(tf.linalg.matmul)
+        matmul(a, b).numpy()  # trace and warm up
+        best = float("inf")
+        for _ in range(reps):
+            start = time.perf_counter()
+            matmul(a, b).numpy()  # .numpy() waits for the device
+            best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best
