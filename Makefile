@@ -32,7 +32,7 @@ test: setup-test ## run the test suite
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 bench: setup ## measure throughput; writes bench/<workload>.json
-	$(SCIPERF) bench workload=$(WORKLOAD) $(ARGS)
+	$(SCIPERF) bench workload=$(WORKLOAD) framework=$(FRAMEWORKS) $(ARGS)
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check common frameworks launchers tests
