@@ -33,7 +33,7 @@ dir="$cache/$key"
 if ls "$dir"/horovod-*.whl >/dev/null 2>&1; then
   echo "build-horovod: using cached wheel $dir"
   $py -m pip install --quiet --force-reinstall --no-deps "$dir"/horovod-*.whl
-  $py -m pip install --quiet cloudpickle psutil pyyaml packaging
+  $py -m pip install --quiet cffi cloudpickle psutil pyyaml packaging
   exit 0
 fi
 
@@ -56,7 +56,7 @@ case ",$frameworks," in *,pytorch,*) export HOROVOD_WITH_PYTORCH=1 ;;
   *) export HOROVOD_WITHOUT_PYTORCH=1 ;; esac
 case ",$frameworks," in *,tensorflow,*) export HOROVOD_WITH_TENSORFLOW=1 ;;
   *) export HOROVOD_WITHOUT_TENSORFLOW=1 ;; esac
-$py -m pip install --quiet setuptools wheel cloudpickle psutil pyyaml packaging
+$py -m pip install --quiet setuptools wheel cffi cloudpickle psutil pyyaml packaging
 $py -m pip wheel --quiet --no-build-isolation --no-deps -w "$work/wheel" "$src"
 mkdir -p "$dir"
 cp "$work"/wheel/horovod-*.whl "$dir"/
