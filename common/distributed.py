@@ -37,6 +37,14 @@ class RankInfo:
         return max(1, self.world // max(self.local_size, 1))
 
 
+def cpu_count() -> int:
+    """Cores of this process's allocation (affinity mask, as Slurm/cgroups set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
 def first_host(nodelist: str) -> str:
     """First host of a Slurm nodelist: 'nid[001-004,007],login1' → 'nid001'."""
     match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())

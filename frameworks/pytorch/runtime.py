@@ -7,20 +7,13 @@ bf16 autocast (AMX on this CPU, AMP on GPUs), channels-last memory and determini
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import time
 
 import numpy as np
 import torch
 
-
-def cpu_count() -> int:
-    """Cores of this process's allocation (affinity mask, as Slurm/cgroups set it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+from sciperf.distributed import cpu_count
 
 
 def setup_threads(threads: int) -> int:

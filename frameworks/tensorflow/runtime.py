@@ -8,21 +8,14 @@ fixes its thread pools and visible devices when it first runs an op, so the back
 
 from __future__ import annotations
 
-import os
 import time
 
 import keras
 import tensorflow as tf
 
+from sciperf.distributed import cpu_count
+
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
-
-
-def cpu_count() -> int:
-    """Cores of this process's allocation (affinity mask, as Slurm/cgroups set it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
 
 
 def setup_threads(threads: int) -> int:
