@@ -11,6 +11,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,7 @@ from sciperf.config import compose
 from sciperf.data import synthetic
 from sciperf.data.cosmoflow import list_samples, read_sample
 from sciperf.data.loader import BatchLoader
+from sciperf.data.staging import stage_files
 from sciperf.workloads import get_spec
 
 # What the issue quotes for scale: the reference TF implementation, full model, fp32,
@@ -82,6 +88,70 @@ def input_case(size: int, fmt: str, root: Path, n: int) -> dict[str, Any]:
             "samples_per_s": round(count / seconds, 2), "MB_per_s": round(mb / seconds, 1)}
 
 
+def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
+    """Staging a dataset (verify=size and =checksum) against `cp -r` of the same files.
+
+    Each method copies into a fresh directory on the same file system, in rotating order,
+    `repeats` times; medians are reported, plus the rerun that finds every file intact.
+    """
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.parent != folder)
+    total = sum(p.stat().st_size for p in files)
+    times: dict[str, list[float]] = {"cp -r": [], "stage size": [], "stage checksum": []}
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".stage-bench-") as tmp:
+        for i in range(repeats):
+            for name in list(times)[i % 3:] + list(times)[:i % 3]:
+                dst = Path(tmp) / name.replace(" ", "_")
+                shutil.rmtree(dst, ignore_errors=True)
+                start = time.perf_counter()
+                if name == "cp -r":
+                    subprocess.run(["cp", "-r", str(folder), str(dst)], check=True)
+                else:
+                    stage_files(files, folder, dst, workers=4, verify=name.split()[1],
+                                progress=False)
+                times[name].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        rerun = stage_files(files, folder, Path(tmp) / "stage_size", progress=False)
+        rerun_s = time.perf_counter() - start
+    rows = {name: {"median_s": round(statistics.median(t), 3),
+                   "MB_per_s": round(total / 1e6 / statistics.median(t), 1)}
+            for name, t in times.items()}
+    return {"files": len(files), "MB": round(total / 1e6, 1), "repeats": repeats,
+            "methods": rows, "rerun_all_intact_s": round(rerun_s, 3),
+            "rerun_skipped": rerun.skipped}
+
+
+def scaling_case(framework: str, root: Path, epochs: int = 4) -> dict[str, Any]:
+    """Mini training samples/s with 1 rank (2 threads) vs 2 ranks (1 thread each) on this
+    host, through the real launcher; the first epoch (warm-up) is left out."""
+    n = 256
+    folder = _dataset(root, 32, "npy", n)
+    rows = []
+    for ranks in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="sciperf-scaling-") as out:
+            cmd = [sys.executable, "-m", "sciperf.cli", "launch", "launcher=local",
+                   f"launcher.nprocs={ranks}", "experiment=mini", f"framework={framework}",
+                   f"data.dir={folder}", f"data.train_samples={n}",
+                   f"data.eval_samples={n // 2}", f"train.max_epochs={epochs}",
+                   "train.target=0.0001", f"framework.threads={2 // ranks}",
+                   f"output_dir={out}"]
+            if framework == "tensorflow" and ranks > 1:
+                cmd.append("distributed.backend=horovod")
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            summary_path = Path(out) / "summary.json"
+            if not summary_path.is_file():
+                rows.append({"ranks": ranks, "error": (proc.stderr.strip().splitlines()
+                                                       or ["no summary"])[-1]})
+                continue
+            hist = json.loads(summary_path.read_text())["history"][1:]
+            seconds = sum(h["train_s"] for h in hist)
+            rows.append({"ranks": ranks, "threads_per_rank": 2 // ranks,
+                         "samples_per_s": round(n * len(hist) / seconds, 2)})
+    rates = [r.get("samples_per_s") for r in rows]
+    speedup = rates[1] / rates[0] if all(rates) else None
+    return {"framework": framework, "train_samples": n, "epochs_timed": epochs - 1,
+            "runs": rows, "speedup_2_vs_1": round(speedup, 3) if speedup else None}
+
+
 def bench(overrides: list[str]) -> int:
     """Run every case for the frameworks asked (framework=a,b) and write the JSON."""
     opts = dict(o.split("=", 1) for o in overrides if "=" in o)
@@ -106,6 +176,17 @@ def bench(overrides: list[str]) -> int:
             result["input"].append(row)
             print(f"input {fmt:<8} {size}³ {row['samples_per_s']:8.2f} samples/s "
                   f"({row['MB_per_s']} MB/s on disk)", flush=True)
+    row = staging_case(_dataset(root, 128, "npy", 8))
+    result["staging"] = row
+    for name, m in row["methods"].items():
+        print(f"staging {name:<15} {row['MB']} MB: {m['median_s']:.3f} s "
+              f"({m['MB_per_s']} MB/s)", flush=True)
+    result["scaling"] = []
+    for fw in frameworks:
+        row = scaling_case(fw, root)
+        result["scaling"].append(row)
+        print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup {row['speedup_2_vs_1']}",
+              flush=True)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{workload}.json"
     path.write_text(json.dumps(result, indent=2))

@@ -26,10 +26,11 @@ class Verdict:
     division: str
     benchmark: str
     problems: list[str]
+    ruleset: str = RULESET
 
     def line(self) -> str:
         """The one-line verdict printed by the CLI."""
-        what = f"hpc {RULESET}, {self.division} {self.benchmark}"
+        what = f"hpc {self.ruleset}, {self.division} {self.benchmark}"
         if self.ok:
             return f"PASS {self.path}: compliant ({what})"
         more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
@@ -76,4 +77,17 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
     problems = [] if ok else _problems(output) or [output.strip().splitlines()[-1:][0]
                                                    if output.strip() else "checker failed"]
     return Verdict(path, ok, _log_value(path, "submission_division"),
-                   _log_value(path, "submission_benchmark"), problems)
+                   _log_value(path, "submission_benchmark"), problems, ruleset)
+
+
+def result_files(target: str | Path) -> list[Path]:
+    """A result file as given, or a run directory's result_<i>.txt in instance order."""
+    path = Path(target)
+    if not path.is_dir():
+        return [path]
+    files = sorted(path.glob("result_*.txt"),
+                   key=lambda p: int(p.stem.split("_")[1]) if p.stem.split("_")[1].isdigit()
+                   else -1)
+    if not files:
+        raise SciperfError(f"no result_*.txt MLLOG files in {path}")
+    return files

@@ -39,7 +39,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-@verb("train", "train one instance to its target; writes OUT/result_0.txt + summary.json")
+@verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json")
 def cmd_train(args: argparse.Namespace) -> int:
     from sciperf.train import require_dataset, train
     cfg = _cfg(args)
@@ -47,32 +47,42 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = train(cfg)
     if summary["rank"] == 0:
         _print_summary(summary, cfg.output_dir)
-    return 0 if summary["status"] == "success" else 1
+    return _exit_status(summary)
 
 
-@verb("check", "run the official MLPerf compliance checker (hpc 3.0.0) on result logs")
+@verb("check", "run the official MLPerf compliance checker (hpc 3.0.0) on result logs "
+               "or run directories (several instances: also their throughput)")
 def cmd_check(args: argparse.Namespace) -> int:
-    from sciperf.check import check_log
+    from sciperf.check import check_log, result_files
+    from sciperf.throughput import throughput
     if not args.overrides:
-        raise SciperfError("usage: sciperf check RESULT_FILE [RESULT_FILE …]")
-    verdicts = [check_log(p) for p in args.overrides]
-    for v in verdicts:
-        print(v.line())
-    return 0 if all(v.ok for v in verdicts) else 1
+        raise SciperfError("usage: sciperf check RESULT_FILE|RUN_DIR […] [--ruleset 2.0.0]")
+    ok = True
+    for target in args.overrides:
+        files = result_files(target)
+        verdicts = [check_log(p, ruleset=args.ruleset) for p in files]
+        for v in verdicts:
+            print(v.line())
+        ok = ok and all(v.ok for v in verdicts)
+        if len(files) > 1:
+            print(throughput(files).line())
+    return 0 if ok else 1
 
 
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf.check import check_log
     from sciperf.prepare import prepare
-    from sciperf.train import RESULT_FILE, train
+    from sciperf.train import train
     cfg = _cfg(args)
     prepare(cfg, force=args.force)
     summary = train(cfg)
-    verdict = check_log(Path(cfg.output_dir) / RESULT_FILE)
+    if summary["rank"] != 0:  # only an instance's rank 0 wrote a log
+        return _exit_status(summary)
+    verdict = check_log(Path(cfg.output_dir) / summary["result_file"], ruleset=cfg.mllog.ruleset)
     _print_summary(summary, cfg.output_dir)
     print(verdict.line())
-    return 0 if summary["status"] == "success" and verdict.ok else 1
+    return _exit_status(summary) or (0 if verdict.ok or _unconverged_instance(summary) else 1)
 
 
 @verb("compare", "side-by-side table of runs' summaries (e.g. PyTorch vs TensorFlow)")
@@ -124,11 +134,29 @@ def _print_summary(summary: dict, out: str) -> None:
         (f"final {summary['metric_name']}", _num(summary["final_metric"])
          + f" (target {summary['target']})"),
         ("parameters", f"{summary['parameter_count']:,}" if summary["parameter_count"] else "-"),
-        ("results", f"{out}/result_0.txt, {out}/summary.json"),
+        ("results", f"{out}/{summary['result_file']}, {out}/" + summary_name(summary)),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
+
+
+def _unconverged_instance(summary: dict) -> bool:
+    """Throughput mode: an instance that ran all its epochs without reaching the target."""
+    return summary["instances"] > 1 and summary["status"] == "aborted"
+
+
+def _exit_status(summary: dict) -> int:
+    """0 on success; 1 when the target was missed — except for one of several instances,
+    where a miss is a scored outcome (the job's other instances must run on), so 0."""
+    if summary["status"] == "success" or _unconverged_instance(summary):
+        return 0
+    return 1
+
+
+def summary_name(summary: dict) -> str:
+    from sciperf.train import summary_file
+    return summary_file(summary["instance"], summary["instances"])
 
 
 def _secs(v: float | None) -> str:
@@ -157,6 +185,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides (or files for `check`)")
     p.add_argument("--force", action="store_true", help="prepare: regenerate existing data")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    p.add_argument("--ruleset", default="3.0.0", choices=("3.0.0", "2.0.0"),
+                   help="check: the hpc ruleset of the logs (default 3.0.0)")
     return p
 
 
@@ -171,7 +201,7 @@ def _on_signal(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sciperf` console script."""
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"

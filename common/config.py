@@ -24,6 +24,8 @@ CHOICES = {  # values the schema's str type cannot restrict
     "data.loader": ("native", "dali"),
     "distributed.backend": ("native", "horovod"),
     "system.scheduler": ("none", "slurm"),
+    "data.stage_verify": ("size", "checksum"),
+    "mllog.ruleset": ("3.0.0", "2.0.0"),
 }
 
 
@@ -39,6 +41,9 @@ class DataConfig:
     loader: str = "native"
     shuffle: bool = True
     prefetch: int = 4
+    stage_dir: str | None = "${system.stage_dir}"  # node-local copy before training (null: off)
+    stage_workers: int = 4  # concurrent copies per rank
+    stage_verify: str = "size"  # size | checksum (CRC-32 of source bytes vs the copy)
 
 
 @dataclass
@@ -95,6 +100,13 @@ class DistributedConfig:
 
 
 @dataclass
+class MllogConfig:
+    """MLLOG options: the HPC ruleset decides where staging falls (3.0.0: before run_start)."""
+
+    ruleset: str = "3.0.0"
+
+
+@dataclass
 class RootConfig:
     """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
 
@@ -104,7 +116,7 @@ class RootConfig:
     precision: str = "fp32"
     output_dir: str = "results/${benchmark}-${framework.name}-${experiment}"
     nodes: int = 1  # nodes requested by `sciperf launch`
-    instances: int = 1  # concurrent training instances (throughput mode)
+    instances: int = 1  # concurrent training instances (throughput mode): ranks split evenly
     dry_run: bool = False  # `sciperf launch`: render, do not submit
     time_limit: str = "01:00:00"  # wall-clock request of `sciperf launch` (sbatch --time)
     data: DataConfig = field(default_factory=DataConfig)
@@ -113,6 +125,7 @@ class RootConfig:
     opt: dict[str, Any] = field(default_factory=dict)
     framework: FrameworkConfig = field(default_factory=FrameworkConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    mllog: MllogConfig = field(default_factory=MllogConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     launcher: dict[str, Any] = field(default_factory=dict)
     container: dict[str, Any] = field(default_factory=dict)
@@ -193,6 +206,8 @@ def validate(cfg: DictConfig) -> None:
         if unknown:
             valid = ", ".join(sorted(known))
             raise SciperfError(f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {valid}")
+    if cfg.instances < 1:
+        raise SciperfError(f"instances={cfg.instances} must be at least 1")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
 
@@ -207,5 +222,6 @@ def config_hash(cfg: DictConfig) -> str:
     data = to_container(cfg)
     data.pop("output_dir", None)
     data.get("data", {}).pop("dir", None)
+    data.get("data", {}).pop("stage_dir", None)
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -30,6 +30,20 @@ class RankInfo:
     master_addr: str = "127.0.0.1"
     master_port: int = DEFAULT_PORT
     source: str = "single"
+    instance: int = 0  # throughput mode: which training instance this rank belongs to
+    instances: int = 1
+    global_rank: int | None = None  # rank in the whole job when split into instances
+    device_slot: int | None = None  # accelerator index on the node (default: local_rank)
+
+    @property
+    def device(self) -> int:
+        """Which of the node's accelerators this rank drives (launcher's local rank)."""
+        return self.local_rank if self.device_slot is None else self.device_slot
+
+    @property
+    def job_rank(self) -> int:
+        """Rank in the whole job (equals `rank` unless split into instances)."""
+        return self.rank if self.global_rank is None else self.global_rank
 
     @property
     def nodes(self) -> int:
@@ -47,14 +61,25 @@ def cpu_count() -> int:
 
 def first_host(nodelist: str) -> str:
     """First host of a Slurm nodelist: 'nid[001-004,007],login1' → 'nid001'."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not match:
+    return expand_nodelist(nodelist)[0]
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """All hosts of a Slurm nodelist, in order: 'nid[001-002,007],login1' → 4 names."""
+    hosts: list[str] = []
+    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?(?:,|$)", nodelist.strip()):
+        prefix, ranges = match.group(1), match.group(2)
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise SciperfError(f"cannot parse SLURM_JOB_NODELIST={nodelist!r}")
+            hosts += [f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi or lo) + 1)]
+    if not hosts:
         raise SciperfError(f"cannot parse SLURM_JOB_NODELIST={nodelist!r}")
-    prefix, ranges = match.group(1), match.group(2)
-    if not ranges:
-        return prefix
-    first = ranges.split(",")[0].split("-")[0]
-    return prefix + first
+    return hosts
 
 
 def slurm_tasks_on_node(tasks_per_node: str, node: int) -> int:
@@ -170,3 +195,66 @@ def validate(info: RankInfo) -> None:
         problems.append(f"local size {info.local_size} > world size {info.world}")
     if problems:
         raise SciperfError(f"inconsistent {info.source} rank environment: {'; '.join(problems)}")
+
+
+def split_instances(info: RankInfo, instances: int,
+                    env: Mapping[str, str] | None = None) -> RankInfo:
+    """This rank's place inside its training instance (throughput mode).
+
+    The job's ranks are cut into `instances` contiguous blocks — the same split as an MPI
+    ``Comm.Split(color=rank // per_instance)`` — so an instance's ranks share nodes. Each
+    instance talks on its own port; its leader is the block's first rank, whose host is
+    this node when the instance fits in a node, else taken from SLURM_JOB_NODELIST.
+    """
+    if instances == 1:
+        return info
+    env = os.environ if env is None else env
+    if info.world % instances:
+        raise SciperfError(f"instances={instances} does not divide the {info.world} ranks "
+                           "of the job (every instance gets the same number of ranks)")
+    per = info.world // instances
+    instance, rank = divmod(info.rank, per)
+    if per <= info.local_size:
+        if info.local_size % per:
+            raise SciperfError(f"{per} ranks per instance do not tile the {info.local_size} "
+                               "ranks per node (instances=… must split nodes evenly)")
+        local_rank, local_size, node, addr = info.local_rank % per, per, 0, "127.0.0.1"
+    else:
+        if per % info.local_size:
+            raise SciperfError(f"{per} ranks per instance are not whole nodes of "
+                               f"{info.local_size} ranks (instances=…)")
+        span = per // info.local_size
+        leader_node = instance * span
+        local_rank, local_size, node = info.local_rank, info.local_size, info.node - leader_node
+        addr = _instance_leader(info, leader_node, env)
+    sub = RankInfo(rank, per, local_rank, local_size, node, addr,
+                   info.master_port + 1 + instance, info.source, instance, instances,
+                   info.rank, info.device)
+    validate(sub)
+    return sub
+
+
+def _instance_leader(info: RankInfo, leader_node: int, env: Mapping[str, str]) -> str:
+    """Host of an instance's first node (multi-node instances)."""
+    if leader_node == 0:
+        return info.master_addr
+    if "SLURM_JOB_NODELIST" in env:
+        hosts = expand_nodelist(env["SLURM_JOB_NODELIST"])
+        if leader_node < len(hosts):
+            return hosts[leader_node]
+    raise SciperfError("instances spanning several nodes need SLURM_JOB_NODELIST to find "
+                       f"the host of node {leader_node} (run under Slurm)")
+
+
+def init_horovod(hvd: object, info: RankInfo) -> None:
+    """hvd.init for the whole job, or for this rank's instance (an MPI sub-communicator
+    given as the instance's job ranks, which needs Horovod built with MPI)."""
+    if info.instances == 1:
+        hvd.init()  # type: ignore[attr-defined]
+        return
+    if not hvd.mpi_built():  # type: ignore[attr-defined]
+        raise SciperfError("instances>1 with distributed.backend=horovod needs Horovod built "
+                           "with MPI (it splits MPI_COMM_WORLD into one communicator per "
+                           "instance)")
+    first = info.job_rank - info.rank
+    hvd.init(comm=list(range(first, first + info.world)))  # type: ignore[attr-defined]

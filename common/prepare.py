@@ -34,9 +34,16 @@ def prepare(cfg: Any, force: bool = False) -> None:
         print(f"dataset ready: {req.root} ({req.train_samples}+{req.eval_samples} "
               f"{req.fmt} samples, {req.size}³, seed {req.seed})")
         return
-    if not os.access(Path(req.root).parent if not Path(req.root).exists() else req.root,
-                     os.W_OK):
+    if not os.access(_existing_ancestor(Path(req.root)), os.W_OK):
         raise SciperfError(f"data.dir={req.root} is not writable")
     synthetic.generate(req)
     print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} universes "
           f"({req.size}³×4) to {req.root}")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The directory that decides whether `path` can be created (its nearest existing one)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

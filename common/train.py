@@ -6,6 +6,7 @@ the success rule are identical across frameworks by construction.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
@@ -19,7 +20,8 @@ from sciperf import __version__
 from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, local_batch_size, shard
-from sciperf.distributed import RankInfo, discover
+from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
+from sciperf.distributed import RankInfo, discover, split_instances
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash
 from sciperf.mllog import MLLogger
@@ -29,6 +31,22 @@ from sciperf.workloads import get_spec
 
 RESULT_FILE = "result_0.txt"
 SUMMARY_FILE = "summary.json"
+
+
+def result_file(instance: int = 0) -> str:
+    """MLLOG file of an instance: result_<i>.txt, as in the submission tree."""
+    return f"result_{instance}.txt"
+
+
+def weights_file(info: RankInfo) -> str:
+    """Canonical weights of a rank (train.save_weights): per instance in throughput mode."""
+    prefix = f"weights_instance{info.instance}_" if info.instances > 1 else "weights_"
+    return f"{prefix}rank{info.rank}.npz"
+
+
+def summary_file(instance: int = 0, instances: int = 1) -> str:
+    """summary.json, or summary_<i>.json per instance in throughput mode."""
+    return SUMMARY_FILE if instances == 1 else f"summary_{instance}.json"
 
 
 @dataclass
@@ -42,17 +60,50 @@ class RunState:
     history: list[dict[str, float]] = field(default_factory=list)
     metric: float | None = None
     success: bool = False
+    staging: StageReport | None = None
 
 
-def resolve_files(cfg: Any, rank: int, world: int) -> tuple[list[Path], list[Path], int]:
-    """This rank's train/eval files and local batch, after the divisibility checks."""
+def resolve_files(cfg: Any, info: RankInfo) -> tuple[list[Path], list[Path], int]:
+    """This rank's train/eval files and local batch, after the divisibility checks.
+
+    Unstaged: the strided shard `rank` of `world` of the shared files. Staged: the node's
+    strided share, then the local rank's (SPEC.md) — the files this rank stages.
+    """
+    world = info.world
     local_batch = local_batch_size(cfg.train.global_batch_size, world)
     data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
     train = data.list_samples(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
     evals = data.list_samples(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
     check_divisibility(len(train), world, local_batch, "data.train_samples")
     check_divisibility(len(evals), world, local_batch, "data.eval_samples")
-    return shard(train, rank, world), shard(evals, rank, world), local_batch
+    if cfg.data.stage_dir:
+        share = (info.node, info.nodes, info.local_rank, info.local_size)
+        return rank_share(train, *share), rank_share(evals, *share), local_batch
+    return shard(train, info.rank, world), shard(evals, info.rank, world), local_batch
+
+
+def stage(cfg: Any, info: RankInfo, files: list[list[Path]],
+          mll: MLLogger) -> tuple[list[list[Path]], StageReport | None]:
+    """Copy this rank's files to `data.stage_dir` (MLLOG staging_start/stop around it)
+    and return their node-local paths; unchanged lists when staging is off."""
+    if not cfg.data.stage_dir:
+        return files, None
+    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
+    src = Path(cfg.data.dir)
+    root = stage_root(cfg.data.stage_dir, src, cfg.benchmark,
+                      info.instance if info.instances > 1 else None)
+    sources = [f for group in files for p in group for f in data.sample_files(p, cfg.data.format)]
+    mll.start("staging_start")
+    report = stage_files(sources, src, root, workers=int(cfg.data.stage_workers),
+                         verify=cfg.data.stage_verify, progress=info.rank == 0)
+    mll.end("staging_stop", metadata={"staging_duration": report.seconds,
+                                      "staged_files": report.files,
+                                      "staged_bytes": report.bytes_total})
+    if info.rank == 0:
+        print(f"staged {report.files} files ({report.bytes_total / 1e6:.1f} MB, "
+              f"{report.copied} copied, {report.skipped} already intact) to {root} in "
+              f"{report.seconds:.1f}s, {report.mb_per_s:.0f} MB/s (rank 0's share)", flush=True)
+    return [[staged_path(p, src, root) for p in group] for group in files], report
 
 
 def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
@@ -60,42 +111,62 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
     Every rank runs this; only rank 0 writes the MLLOG file and summary.json.
     """
-    info = info or discover()
+    info = split_instances(info or discover(), int(cfg.instances))
+    cfg = instance_config(cfg, info)
     rank, world = info.rank, info.world
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = get_spec(cfg.benchmark)
-    mll = MLLogger(out / RESULT_FILE, enabled=rank == 0)
+    mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
+                   instance=info.instance if info.instances > 1 else None)
     t0 = time.time()
     mll.init_start()
     mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
     state, backend, run_start = RunState(world=world), None, None
     try:
         backend = load_backend(cfg.framework.name)
-        train_files, eval_files, local_batch = resolve_files(cfg, rank, world)
+        train_files, eval_files, local_batch = resolve_files(cfg, info)
         n_train, n_eval = len(train_files) * world, len(eval_files) * world
         mll.hyperparameters(spec.mllog_hyperparameters(cfg, n_train, n_eval))
         mll.event("seed", int(cfg.seed))
+        staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
+        if staged_in_run:  # hpc <= 2.0: staging is part of the timed run
+            mll.end("init_stop")
+            run_start = time.time()
+            mll.start("run_start")
+        (train_files, eval_files), state.staging = stage(cfg, info, [train_files, eval_files],
+                                                         mll)
         backend.setup(RunContext(cfg, spec, train_files, eval_files, local_batch, info))
-        mll.end("init_stop")
+        if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
+            mll.end("init_stop")
         backend.barrier()
-        run_start = time.time()
-        mll.start("run_start")
+        if not staged_in_run:
+            run_start = time.time()
+            mll.start("run_start")
         _loop(cfg, spec, backend, mll, state, rank)
         backend.barrier()
         if cfg.train.save_weights:
-            save_npz(out / f"weights_rank{rank}.npz", backend.export_weights())
+            save_npz(out / weights_file(info), backend.export_weights())
     except BaseException:
         if run_start is not None:
             mll.run_stop(False, state.epochs)
-        _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, rank)
+        _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, info)
         mll.close()
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
     backend.close()
     status = "success" if state.success else "aborted"
-    return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, rank)
+    return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, info)
+
+
+def instance_config(cfg: Any, info: RankInfo) -> Any:
+    """Throughput mode: each instance trains with its own seed (seed + instance)."""
+    if info.instances == 1:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    cfg.seed = int(cfg.seed) + info.instance
+    return cfg
 
 
 def _loop(cfg: Any, spec: Any, backend: Any, mll: MLLogger, state: RunState, rank: int) -> None:
@@ -141,7 +212,7 @@ def _epoch_line(cfg: Any, spec: Any, state: RunState, result: EpochResult, eval_
 
 
 def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState, status: str,
-                   t0: float, run_start: float | None, rank: int) -> dict[str, Any]:
+                   t0: float, run_start: float | None, info: RankInfo) -> dict[str, Any]:
     """summary.json: the machine-readable outcome (written by rank 0, atomically)."""
     end = time.time()
     summary = {
@@ -153,6 +224,8 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "division": cfg.system.submission_division,
         "epochs": state.epochs,
         "time_to_train_s": (end - run_start) if run_start else None,
+        "run_start_unix": run_start,
+        "run_stop_unix": end if run_start else None,
         "init_s": (run_start or end) - t0,
         "samples_per_s": state.train_samples_seen / state.train_seconds
         if state.train_seconds else None,
@@ -163,7 +236,11 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "parameter_count": backend.parameter_count() if backend and state.epochs else None,
         "global_batch_size": int(cfg.train.global_batch_size),
         "world_size": state.world,
-        "rank": rank,
+        "rank": info.rank,
+        "instance": info.instance,
+        "instances": info.instances,
+        "result_file": result_file(info.instance),
+        "staging": state.staging.as_dict() if state.staging else None,
         "seed": int(cfg.seed),
         "config_hash": config_hash(cfg),
         "history": state.history,
@@ -173,10 +250,11 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "host": platform.node(),
         "config": to_container(cfg),
     }
-    if rank == 0:
-        tmp = out / f".{SUMMARY_FILE}.tmp"
+    if info.rank == 0:
+        name = summary_file(info.instance, info.instances)
+        tmp = out / f".{name}.tmp"
         tmp.write_text(json.dumps(summary, indent=2, default=str))
-        os.replace(tmp, out / SUMMARY_FILE)
+        os.replace(tmp, out / name)
     return summary
 
 

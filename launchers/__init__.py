@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sciperf.errors import SciperfError
+from sciperf.throughput import throughput
 
 from .compose import Plan, Program, command, default_program, plan
 from .container import CONTAINERS, make_container
@@ -62,6 +63,15 @@ def submit(path: Path, env: Mapping[str, str], *extra: str, timeout: float | Non
     return proc.stdout.strip().split(";")[0]
 
 
+def _report_throughput(output_dir: str, instances: int) -> None:
+    """After a local throughput run: the instances' combined score (or why there is none)."""
+    files = [Path(output_dir) / f"result_{i}.txt" for i in range(instances)]
+    try:
+        print(throughput(files).line(), flush=True)
+    except SciperfError as exc:
+        print(f"sciperf launch: no throughput score: {exc}", file=sys.stderr)
+
+
 def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
            program: Program | None = None, *, as_root: bool | None = None) -> int:
     """Render the job for `cfg`; unless `cfg.dry_run`, submit it (Slurm) or start it.
@@ -83,7 +93,10 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         if not port or not port_is_free(port):
             port = free_port()
         run_id = f"sciperf-local-{os.getpid()}"
-        return run_local(job.rank_commands(port, run_id, job_env()))
+        code = run_local(job.rank_commands(port, run_id, job_env()))
+        if int(cfg.get("instances", 1)) > 1 and program is None:
+            _report_throughput(job.output_dir, int(cfg.instances))
+        return code
     path = write_script(Path(job.output_dir) / str(job.filename), job.text)
     if dry:
         print(job.text, end="", flush=True)

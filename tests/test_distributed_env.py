@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sciperf.distributed import discover, first_host, slurm_tasks_on_node
+from sciperf.distributed import (
+    RankInfo,
+    discover,
+    expand_nodelist,
+    first_host,
+    slurm_tasks_on_node,
+    split_instances,
+)
 from sciperf.errors import SciperfError
 
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
@@ -91,3 +98,52 @@ def test_first_host(nodelist, host):
 
 def test_slurm_tasks_per_node():
     assert [slurm_tasks_on_node("4(x2),3", n) for n in range(3)] == [4, 4, 3]
+
+
+def test_expand_nodelist():
+    assert expand_nodelist("nid[001-003,007],login1") == ["nid001", "nid002", "nid003",
+                                                          "nid007", "login1"]
+    assert expand_nodelist("a1,b[8-10]") == ["a1", "b8", "b9", "b10"]
+    with pytest.raises(SciperfError, match="SLURM_JOB_NODELIST"):
+        expand_nodelist("nid[x-y]")
+
+
+def test_one_instance_is_the_job_itself():
+    info = discover(SLURM)
+    assert split_instances(info, 1) is info
+
+
+def test_instances_inside_a_node_get_their_own_group_and_port():
+    # 8 ranks on one node, 4 instances of 2: rank 5 is rank 1 of instance 2
+    job = RankInfo(5, 8, 5, 8, 0, "host0", 29500)
+    sub = split_instances(job, 4, {})
+    assert (sub.instance, sub.instances, sub.rank, sub.world) == (2, 4, 1, 2)
+    assert (sub.local_rank, sub.local_size, sub.nodes, sub.node) == (1, 2, 1, 0)
+    assert (sub.master_addr, sub.master_port) == ("127.0.0.1", 29500 + 1 + 2)
+    assert (sub.job_rank, sub.device) == (5, 5)  # keeps its GPU: the node's local rank 5
+
+
+def test_instances_spanning_nodes_find_their_leader_in_the_nodelist():
+    # 4 nodes × 2 ranks, 2 instances of 2 nodes each: rank 6 sits on node 3 (instance 1)
+    env = {**SLURM, "SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "0",
+           "SLURM_NODEID": "3", "SLURM_TASKS_PER_NODE": "2(x4)",
+           "SLURM_JOB_NODELIST": "gpu[10-13]"}
+    sub = split_instances(discover(env), 2, env)
+    assert (sub.instance, sub.rank, sub.world, sub.node, sub.nodes) == (1, 2, 4, 1, 2)
+    assert sub.master_addr == "gpu12"  # instance 1 starts on the job's third node
+
+
+@pytest.mark.parametrize(("job", "instances", "needle"), [
+    (RankInfo(0, 6, 0, 6), 4, "does not divide the 6 ranks"),
+    (RankInfo(0, 12, 0, 4), 2, "not whole nodes"),  # 6 ranks per instance on 4-rank nodes
+    (RankInfo(0, 12, 0, 4), 4, "do not tile the 4 ranks per node"),  # 3 per instance
+])
+def test_impossible_instance_splits_are_clear_errors(job, instances, needle):
+    with pytest.raises(SciperfError, match=needle):
+        split_instances(job, instances, {})
+
+
+def test_multi_node_instances_without_slurm_cannot_guess_the_leader():
+    job = RankInfo(6, 8, 0, 2, 3, "host0")  # 4 nodes of 2 ranks, not under Slurm
+    with pytest.raises(SciperfError, match="need SLURM_JOB_NODELIST"):
+        split_instances(job, 2, {})

@@ -118,6 +118,9 @@ def test_command_is_three_groups() -> None:
 
 def test_container_binds_and_rewrites_paths() -> None:
     words = _words(_plan("srun", "apptainer"))
+    # perlmutter-like stages to /tmp: the node-local stage dir is bound at the same path
+    assert words[words.index("--bind") + 1] == f"{DATA}:/data:ro,{OUT}:/results,/tmp:/tmp"
+    words = _words(_plan("srun", "apptainer", "data.stage_dir=null"))
     assert words[words.index("--bind") + 1] == f"{DATA}:/data:ro,{OUT}:/results"
     program = words[words.index("sciperf"):]
     assert "data.dir=/data" in program and "output_dir=/results" in program
@@ -127,7 +130,7 @@ def test_container_binds_and_rewrites_paths() -> None:
                 "container.binds=[/ssd:/ssd]")
     words = job.groups[1] + job.groups[2]
     volumes = [words[i + 1] for i, w in enumerate(words) if w == "-v"]
-    assert volumes == [f"{DATA}:/in:ro", f"{OUT}:/out", "/ssd:/ssd"]
+    assert volumes == [f"{DATA}:/in:ro", f"{OUT}:/out", "/tmp:/tmp", "/ssd:/ssd"]
     assert "data.dir=/in" in words and "output_dir=/out" in words
     for name in ("OMPI_COMM_WORLD_RANK", "MASTER_ADDR", "MASTER_PORT"):
         assert words[words.index(name) - 1] == "-e"  # rank variables cross into the container

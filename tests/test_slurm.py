@@ -114,7 +114,8 @@ def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, sciperf_cmd) -> Non
                     f"data.dir={data}"], check=True, capture_output=True, timeout=600)
     overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
                  "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
-                 f"data.dir={data}", f"output_dir={out}", "train.max_epochs=1"]
+                 f"data.dir={data}", f"output_dir={out}", "train.max_epochs=1",
+                 f"data.stage_dir={tmp_path / 'stage'}"]
     job = plan(compose(overrides), overrides=overrides)
     script = write_script(out / "launch.sbatch", job.text)
     job_id, rc = _sbatch_wait(script, slurm, timeout=1800)
@@ -125,6 +126,11 @@ def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, sciperf_cmd) -> Non
     stops = [json.loads(line.split(" ", 1)[1]) for line in result.read_text().splitlines()
              if line.startswith(":::MLLOG ") and '"run_stop"' in line]
     assert len(stops) == 1, "result_0.txt must hold exactly one run_stop"
+    text = result.read_text()
+    assert text.index('"staging_stop"') < text.index('"run_start"')
+    # SLURM_LOCALID 0 and 1 each staged their half: together every sample file, once
+    staged = sorted(p.name for p in (tmp_path / "stage").rglob("*.npy"))
+    assert staged == sorted(p.name for p in data.glob("*/*.npy")), log[-4000:]
     status = stops[0]["metadata"]["status"]
     state, code = _job_state(job_id, slurm)
     print(f"run_stop status={status}; job {job_id}: {state} {code}")

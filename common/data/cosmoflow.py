@@ -52,6 +52,11 @@ def label_path(data_path: Path) -> Path:
     return data_path.with_name(data_path.name[: -len(SUFFIX["npy"])] + LABEL_SUFFIX)
 
 
+def sample_files(path: Path, fmt: str) -> list[Path]:
+    """Every file one sample consists of (npy: data + label), e.g. for staging."""
+    return [path, label_path(path)] if fmt == "npy" else [path]
+
+
 def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file."""
     if fmt not in SUFFIX:

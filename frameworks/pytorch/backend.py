@@ -28,7 +28,7 @@ class PyTorchBackend(Backend):
         self.cfg, self.ctx = cfg, ctx
         runtime.setup_threads(cfg.framework.threads)
         runtime.seed_everything(cfg.seed)
-        self.device = runtime.select_device(ctx.info.local_rank)
+        self.device = runtime.select_device(ctx.info.device)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s)
         spec = ModelSpec(**cfg.model)

@@ -13,7 +13,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from sciperf.distributed import RankInfo
+from sciperf.distributed import RankInfo, init_horovod
 from sciperf.errors import SciperfError
 
 
@@ -27,7 +27,7 @@ class Comm:
             return
         if backend == "horovod":
             self.hvd = _horovod()
-            self.hvd.init()
+            init_horovod(self.hvd, info)
             if (self.hvd.rank(), self.hvd.size()) != (info.rank, info.world):
                 raise SciperfError(
                     f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "

@@ -32,7 +32,7 @@ class TensorFlowBackend(Backend):
         cfg = ctx.cfg
         self.cfg, self.ctx = cfg, ctx
         runtime.setup_threads(cfg.framework.threads)
-        self.device = runtime.select_device(ctx.info.local_rank)
+        self.device = runtime.select_device(ctx.info.device)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s)
         runtime.seed_everything(cfg.seed)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from sciperf.distributed import RankInfo
+from sciperf.distributed import RankInfo, init_horovod
 from sciperf.errors import SciperfError
 
 
@@ -26,7 +26,7 @@ class Comm:
                     "distributed.backend=horovod (native TF multi-worker is not supported)")
             return
         self.hvd = _horovod()
-        self.hvd.init()
+        init_horovod(self.hvd, info)
         if (self.hvd.rank(), self.hvd.size()) != (info.rank, info.world):
             raise SciperfError(
                 f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "

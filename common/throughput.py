@@ -1,0 +1,84 @@
+"""Throughput ("weak scaling") of concurrent instances, from their MLLOG files.
+
+SPEC.md: M instances run concurrently, one MLLOG file each; the time is the latest
+run_stop minus the earliest run_start over the instances, reported as models per minute.
+Read from the logs (not from summaries) so published logs score the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sciperf.errors import SciperfError
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance's run: start/stop (ms since the epoch) and whether it converged."""
+
+    path: Path
+    start_ms: int
+    stop_ms: int
+    success: bool
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The throughput score of a set of concurrent instances."""
+
+    instances: list[Instance]
+
+    @property
+    def converged(self) -> int:
+        return sum(i.success for i in self.instances)
+
+    @property
+    def minutes(self) -> float:
+        """Latest run_stop − earliest run_start, in minutes."""
+        start = min(i.start_ms for i in self.instances)
+        stop = max(i.stop_ms for i in self.instances)
+        return (stop - start) / 60000.0
+
+    @property
+    def models_per_minute(self) -> float:
+        return len(self.instances) / max(self.minutes, 1e-12)
+
+    def line(self) -> str:
+        return (f"throughput: {len(self.instances)} instances ({self.converged} reached the "
+                f"target) in {self.minutes:.2f} min = {self.models_per_minute:.3f} models/min")
+
+
+def read_instance(path: str | Path) -> Instance:
+    """run_start / run_stop of one MLLOG file; a log without both raises naming the file."""
+    path = Path(path)
+    start = stop = None
+    success = False
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raise SciperfError(f"cannot read MLLOG file {path}: {exc.strerror or exc}") from exc
+    for line in lines:
+        if not line.startswith(":::MLLOG"):
+            continue
+        try:
+            event = json.loads(line[len(":::MLLOG"):])
+        except ValueError:
+            continue
+        if event.get("key") == "run_start" and start is None:
+            start = int(event["time_ms"])
+        elif event.get("key") == "run_stop":
+            stop = int(event["time_ms"])
+            success = (event.get("metadata") or {}).get("status") == "success"
+    if start is None or stop is None:
+        raise SciperfError(f"{path} has no run_start/run_stop pair (run did not start or end)")
+    return Instance(path, start, stop, success)
+
+
+def throughput(paths: Sequence[str | Path]) -> Throughput:
+    """Score concurrent instances' logs."""
+    if not paths:
+        raise SciperfError("throughput needs at least one MLLOG file")
+    return Throughput([read_instance(p) for p in paths])

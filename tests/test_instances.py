@@ -1,0 +1,96 @@
+"""Throughput mode: `instances=M` runs M independent trainings inside one job.
+
+Real processes under the local launcher (2 instances × 1 rank, and 2 × 2 with DDP):
+each instance writes its own MLLOG with `instance` metadata and its own seed, the
+official checker reads every log, and the instances' combined throughput is scored.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sciperf.check import check_log
+from sciperf.throughput import throughput
+
+pytest.importorskip("torch")
+
+BIN = Path(sys.executable).parent
+SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+         "train.max_epochs=2", "framework.threads=1"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("instance-data")
+    subprocess.run([str(BIN / "sciperf"), "prepare", "experiment=mini", f"data.dir={root}",
+                    "data.train_samples=64", "data.eval_samples=32"],
+                   check=True, capture_output=True)
+    return root
+
+
+def _launch(data: Path, out: Path, nprocs: int, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "sciperf"), "launch", "launcher=local",
+                           f"launcher.nprocs={nprocs}", *SMALL, f"data.dir={data}",
+                           f"output_dir={out}", *extra],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _events(log: Path, key: str) -> list[dict]:
+    lines = [json.loads(ln[len(":::MLLOG"):]) for ln in log.read_text().splitlines()
+             if ln.startswith(":::MLLOG")]
+    return [e for e in lines if e["key"] == key]
+
+
+def test_two_instances_of_one_rank_train_independently(data, tmp_path):
+    out = tmp_path / "out"
+    proc = _launch(data, out, 2, "instances=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # a missed target is a scored outcome
+    logs = [out / "result_0.txt", out / "result_1.txt"]
+    summaries = [json.loads((out / f"summary_{i}.json").read_text()) for i in range(2)]
+    assert not (out / "summary.json").exists()
+    for i, (log, summary) in enumerate(zip(logs, summaries, strict=True)):
+        events = [e for e in (json.loads(ln[len(":::MLLOG"):])
+                              for ln in log.read_text().splitlines()) if e]
+        assert {e["metadata"].get("instance") for e in events} == {i}
+        assert _events(log, "seed")[0]["value"] == i  # seed + instance
+        assert (summary["instance"], summary["world_size"], summary["seed"]) == (i, 1, i)
+        assert [p for p in check_log(log).problems if "eval_error" not in p] == []
+    # different seeds → different trajectories (really independent trainings)
+    assert summaries[0]["history"][0]["loss"] != summaries[1]["history"][0]["loss"]
+    # the two ran concurrently: each started before the other stopped
+    spans = [(s["run_start_unix"], s["run_stop_unix"]) for s in summaries]
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+    score = throughput(logs)
+    assert len(score.instances) == 2 and score.minutes > 0
+    assert score.line() in proc.stdout  # the launcher reports the combined score
+    check = subprocess.run([str(BIN / "sciperf"), "check", str(out)], capture_output=True,
+                           text=True, check=False)
+    assert check.stdout.count("result_") == 2 and "models/min" in check.stdout
+
+
+def test_two_instances_of_two_ranks_each_use_their_own_ddp_group(data, tmp_path):
+    out = tmp_path / "out"
+    proc = _launch(data, out, 4, "instances=2", "train.save_weights=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for i in range(2):
+        summary = json.loads((out / f"summary_{i}.json").read_text())
+        assert (summary["instance"], summary["world_size"]) == (i, 2)
+        assert len(_events(out / f"result_{i}.txt", "run_start")) == 1
+    for i in range(2):  # the ranks of each instance hold identical replicas
+        w = [np.load(out / f"weights_instance{i}_rank{r}.npz") for r in range(2)]
+        for name in w[0].files:
+            np.testing.assert_array_equal(w[0][name], w[1][name], err_msg=name)
+    a, b = (np.load(out / f"weights_instance{i}_rank0.npz") for i in range(2))
+    assert not np.array_equal(a["conv0/kernel"], b["conv0/kernel"])  # separate trainings
+
+
+def test_instances_must_divide_the_ranks(data, tmp_path):
+    proc = _launch(data, tmp_path / "out", 3, "instances=2")
+    assert proc.returncode == 2
+    assert "instances=2 does not divide the 3 ranks" in proc.stderr
