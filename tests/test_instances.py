@@ -8,6 +8,8 @@ official checker reads every log, and the instances' combined throughput is scor
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +96,26 @@ def test_instances_must_divide_the_ranks(data, tmp_path):
     proc = _launch(data, tmp_path / "out", 3, "instances=2")
     assert proc.returncode == 2
     assert "instances=2 does not divide the 3 ranks" in proc.stderr
+
+
+def test_horovod_instances_get_their_own_mpi_communicators(data, tmp_path):
+    """mpirun -np 4 with instances=2: Horovod on MPI sub-communicators (TensorFlow)."""
+    pytest.importorskip("horovod.tensorflow")
+    if not shutil.which("mpirun"):
+        pytest.skip("OpenMPI's mpirun is not installed (containers/install.sh --mpi)")
+    out = tmp_path / "out"
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    proc = subprocess.run(["mpirun", "-np", "4", "--bind-to", "none", str(BIN / "sciperf"),
+                           "train", "framework=tensorflow", "distributed.backend=horovod",
+                           "instances=2", "train.save_weights=true", *SMALL,
+                           "train.max_epochs=1", f"data.dir={data}", f"output_dir={out}"],
+                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for i in range(2):
+        assert json.loads((out / f"summary_{i}.json").read_text())["world_size"] == 2
+        w = [np.load(out / f"weights_instance{i}_rank{r}.npz") for r in range(2)]
+        for name in w[0].files:
+            np.testing.assert_array_equal(w[0][name], w[1][name], err_msg=name)
+    a, b = (np.load(out / f"weights_instance{i}_rank0.npz") for i in range(2))
+    assert not np.array_equal(a["conv0/kernel"], b["conv0/kernel"])
