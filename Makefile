@@ -11,12 +11,28 @@ DATA_DIR ?= data/$(WORKLOAD)-$(EXPERIMENT)
 OUT_DIR ?= results/$(WORKLOAD)-$(FRAMEWORK)-$(EXPERIMENT)
 ARGS ?=
 PYTEST_ARGS ?=
+# Images (containers/README.md): FRAMEWORK above, FLAVOR, and optional build inputs.
+FLAVOR ?= cpu
+IMAGE ?= sciperf-$(FRAMEWORK):$(FLAVOR)
+ENGINE ?=
+BASE_IMAGE ?=
+WHEELS ?=
+CA_BUNDLE ?=
+REGISTRY ?=
+IMAGE_OPTS = --framework $(FRAMEWORK) --flavor $(FLAVOR) --tag $(IMAGE) \
+  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE_IMAGE),--base $(BASE_IMAGE)) \
+  $(if $(WHEELS),--wheels $(WHEELS)) $(if $(CA_BUNDLE),--ca $(CA_BUNDLE)) \
+  $(if $(filter command line,$(origin PIP_EXTRA_INDEX_URL)),\
+    --build-arg PIP_EXTRA_INDEX_URL=$(PIP_EXTRA_INDEX_URL))
+SHELL_SCRIPTS = $(wildcard containers/*.sh launchers/slurm/*.sh) .ci/run
 
-.PHONY: help setup setup-test run test bench lint clean
+.PHONY: help setup setup-test run test bench lint clean image sif push test-images render-images
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 	@echo "  variables: WORKLOAD FRAMEWORK EXPERIMENT DATA_DIR OUT_DIR ARGS (extra overrides)"
+	@echo "  image variables: FRAMEWORK=pytorch|tensorflow FLAVOR=cpu|gpu IMAGE (tag)"
+	@echo "    ENGINE=podman|docker BASE_IMAGE WHEELS=DIR CA_BUNDLE=FILE PIP_EXTRA_INDEX_URL REGISTRY"
 
 setup: ## create .venv and install sciperf + frameworks (idempotent)
 	@containers/install.sh --venv $(VENV) --frameworks $(FRAMEWORKS) --dev
@@ -34,9 +50,29 @@ test: setup-test ## run the test suite
 bench: setup ## measure throughput; writes bench/<workload>.json
 	$(SCIPERF) bench workload=$(WORKLOAD) framework=$(FRAMEWORKS) $(ARGS)
 
-lint: setup ## ruff
-	$(VENV)/bin/ruff check common frameworks launchers tests
-	shellcheck containers/*.sh launchers/slurm/*.sh
+lint: setup ## ruff, hadolint (Dockerfiles), shellcheck (shell scripts), rendered files fresh
+	$(VENV)/bin/ruff check common frameworks launchers tests containers
+	$(VENV)/bin/hadolint containers/*/*.Dockerfile
+	shellcheck $(SHELL_SCRIPTS)
+	$(PY) containers/images.py --check
 
-clean: ## remove generated data and results (keeps .venv)
-	rm -rf data results bench
+image: ## build image sciperf-FRAMEWORK:FLAVOR (FLAVOR=cpu|gpu) from this checkout (podman or docker)
+	containers/image.sh build $(IMAGE_OPTS)
+
+sif: image ## Apptainer image build/images/sciperf-FRAMEWORK-FLAVOR.sif from the Docker image
+	containers/image.sh sif $(IMAGE_OPTS)
+
+push: ## push IMAGE to REGISTRY=host/namespace as sciperf-FRAMEWORK:FLAVOR[-<git>]
+	containers/image.sh push $(IMAGE_OPTS) --registry "$(REGISTRY)"
+
+render-images: ## regenerate containers/*/*.Dockerfile and *.def from containers/images.py
+	$(PY) containers/images.py
+
+test-images: ## build the TensorFlow cpu image with podman (local Debian base), train + check in it
+	@containers/test-images.sh; rc=$$?; \
+	if [ $$rc = 77 ] && [ "$(REQUIRE_IMAGES)" != 1 ]; then \
+	  echo "make test-images: SKIPPED (reason above; REQUIRE_IMAGES=1 makes this fail)"; exit 0; fi; \
+	exit $$rc
+
+clean: ## remove generated data, results and saved images (keeps .venv)
+	rm -rf data results bench build/images

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -12,6 +14,11 @@ from sciperf import __version__
 from sciperf.backends import available, load_backend
 from sciperf.bench import machine
 from sciperf.errors import SciperfError
+
+#: Where a container image records what it was built from (containers/image_versions.py
+#: writes it at build time); $SCIPERF_IMAGE_INFO points elsewhere (tests, unusual layouts).
+IMAGE_INFO_PATH = Path("/etc/sciperf/image.json")
+IMAGE_INFO_ENV = "SCIPERF_IMAGE_INFO"
 
 PACKAGES = ("numpy", "h5py", "hydra-core", "mlperf-logging", "torch", "tensorflow-cpu",
             "tensorflow", "horovod", "nvidia-dali-cuda120", "mpi4py")
@@ -27,8 +34,31 @@ def git_hash() -> str | None:
     return out.stdout.strip() or None
 
 
+def image_info() -> dict[str, Any] | None:
+    """The version record baked into a sciperf container image, or None outside an image.
+
+    Inside an image there is no git checkout, and CUDA/NCCL/MPI versions are facts of the
+    base image: the record written at build time is what lets a result say what ran. A
+    file named by $SCIPERF_IMAGE_INFO must exist; the default path may be absent.
+    """
+    env = os.environ.get(IMAGE_INFO_ENV)
+    path = Path(env) if env else IMAGE_INFO_PATH
+    if not path.is_file():
+        if env:
+            raise SciperfError(f"{IMAGE_INFO_ENV}={env}: no such image info file")
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SciperfError(f"{path}: unreadable image info ({exc})") from None
+    if not isinstance(record, dict):
+        raise SciperfError(f"{path}: image info is not a JSON object")
+    return record
+
+
 def info() -> dict[str, Any]:
-    """sciperf + package versions, each installed backend's own report, and the machine."""
+    """sciperf + package versions, each installed backend's own report, the image's baked-in
+    version record (None outside an image) and the machine."""
     pkgs = {}
     for name in PACKAGES:
         try:
@@ -42,4 +72,5 @@ def info() -> dict[str, Any]:
         except SciperfError as exc:
             backends[name] = {"error": str(exc)}
     return {"sciperf": __version__, "git": git_hash(), "python": platform.python_version(),
-            "packages": pkgs, "backends": backends, "machine": machine()}
+            "packages": pkgs, "backends": backends, "image": image_info(),
+            "machine": machine()}

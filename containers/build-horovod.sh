@@ -49,7 +49,8 @@ cat > "$work/cxx17" <<'SH'
 exec g++ "$@" -std=c++17
 SH
 chmod +x "$work/cxx17"
-export CXX="$work/cxx17" MAKEFLAGS=-j"$(nproc)"
+jobs=$(nproc)
+export CXX="$work/cxx17" MAKEFLAGS=-j"$jobs"
 export HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo
 if [ "$mpi" = mpi ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
 case ",$frameworks," in *,pytorch,*) export HOROVOD_WITH_PYTORCH=1 ;;
