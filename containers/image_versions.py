@@ -31,6 +31,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 #: Framework -> the distributions that may provide it (CPU wheel, GPU wheel, NGC build).
 FRAMEWORK_DISTS = {"pytorch": ("torch",), "tensorflow": ("tensorflow-cpu", "tensorflow")}
+#: Variables in which NGC images state their component versions.
+BASE_ENV = ("NVIDIA_PYTORCH_VERSION", "NVIDIA_TENSORFLOW_VERSION", "CUDA_VERSION",
+            "CUDNN_VERSION", "NCCL_VERSION", "OPENMPI_VERSION", "HPCX_VERSION", "UCX_VERSION",
+            "DALI_VERSION")
 
 
 def dist_version(*names: str) -> str | None:
@@ -92,10 +96,11 @@ def collect(framework: str, flavor: str, base_image: str, git: str) -> dict[str,
         "python": platform.python_version(),
         "sciperf": dist_version("sciperf"),
         framework: dist_version(*FRAMEWORK_DISTS[framework]),
-        # NGC bases export their component versions; a pip CUDA build knows its own.
-        "cuda": env.get("CUDA_VERSION") or build.get("cuda"),
-        "cudnn": env.get("CUDNN_VERSION") or build.get("cudnn"),
-        "nccl": env.get("NCCL_VERSION") or build.get("nccl") or dist_version("nvidia-nccl-cu12"),
+        # What the framework itself was built with and loads (a pip CUDA build brings its
+        # own CUDA/NCCL wheels); the NGC base's variables only where the framework is silent.
+        "cuda": build.get("cuda") or env.get("CUDA_VERSION"),
+        "cudnn": build.get("cudnn") or env.get("CUDNN_VERSION"),
+        "nccl": build.get("nccl") or dist_version("nvidia-nccl-cu12") or env.get("NCCL_VERSION"),
         "mpi": mpi_version(),
         "dali": dist_version("nvidia-dali-cuda120", "nvidia-dali-cuda110") or env.get(
             "DALI_VERSION"),
@@ -112,6 +117,8 @@ def collect(framework: str, flavor: str, base_image: str, git: str) -> dict[str,
         if install_sh.is_file() else None,
         "built": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "versions": versions,
+        # The base image's own component versions, as its environment states them (NGC).
+        "base_versions": {k: env[k] for k in BASE_ENV if env.get(k)},
     }
 
 

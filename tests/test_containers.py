@@ -154,10 +154,16 @@ def test_shell_scripts_pass_shellcheck():
 def test_version_record_reaches_sciperf_info(tmp_path, sciperf_cmd):
     """The file an image bakes in is what `sciperf info` reports under "image"."""
     out = tmp_path / "image.json"
+    # A base that states its versions the NGC way; this CPU TensorFlow knows no CUDA itself.
+    base_env = {"CUDA_VERSION": "12.9.1", "NCCL_VERSION": "2.27.3"}
     subprocess.run([sys.executable, str(CONTAINERS / "image_versions.py"), "--framework",
                     "tensorflow", "--flavor", "cpu", "--base-image", "debian:test", "--git",
-                    "abc123", "--out", str(out)], check=True, capture_output=True)
+                    "abc123", "--out", str(out)], check=True, capture_output=True,
+                   env={**{k: v for k, v in os.environ.items() if not k.endswith("_VERSION")},
+                        **base_env})
     record = json.loads(out.read_text())
+    assert record["base_versions"] == base_env
+    assert record["versions"]["cuda"] == "12.9.1" and record["versions"]["nccl"] == "2.27.3"
     from importlib.metadata import version
     assert record["versions"]["tensorflow"] == version("tensorflow-cpu")
     assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
