@@ -140,3 +140,24 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_loss():
     loss.backward()
     opt.step()
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("slope", [0.3, 0.0, -0.2])
+def test_pool_then_leaky_equals_the_reference_order_bit_for_bit(slope):
+    """conv_block computes MaxPool→LeakyReLU; values and gradients equal LeakyReLU→MaxPool."""
+    from torch.nn import functional as F  # noqa: N812
+
+    from sciperf_pytorch.models.cosmoflow import conv_block
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, 8)
+    x[:, :, :4] = 0.5  # constant regions: ties inside pooling windows, as in empty space
+    x = x.to(memory_format=torch.channels_last_3d)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ours = conv_block(a, slope)
+    ref = F.max_pool3d(F.leaky_relu(b, slope), 2)
+    assert torch.equal(ours, ref)
+    g = torch.randn_like(ref)
+    ours.backward(g)
+    ref.backward(g)
+    assert torch.equal(a.grad, b.grad)

@@ -41,6 +41,8 @@ class PyTorchBackend(Backend):
             import_weights(self.model, load_npz(cfg.train.init_weights,
                                                 spec.layer_shapes()))
         self.net = self.comm.wrap_model(self.model)  # what runs forward (DDP or the model)
+        if cfg.framework.compile:  # Inductor fuses the memory-bound pool/activation passes
+            self.net = torch.compile(self.net)
         self.optimizer = self.comm.wrap_optimizer(
             KerasSGD(self.model.parameters(), lr=cfg.opt.base_lr, momentum=cfg.opt.momentum),
             self.model)

@@ -42,16 +42,12 @@ class TensorFlowBackend(Backend):
         if cfg.train.init_weights:
             import_weights(self.model, load_npz(cfg.train.init_weights, spec.layer_shapes()))
         self.comm.broadcast_variables(self.model.trainable_variables)  # replicas start as rank 0
-        if cfg.train.init_weights:
-            import_weights(self.model, load_npz(cfg.train.init_weights, spec.layer_shapes()))
-        self.comm.broadcast_variables(self.model.trainable_variables)
         self.optimizer = KerasSGD(self.model.trainable_variables, lr=cfg.opt.base_lr,
                                   momentum=cfg.opt.momentum)
         self.weight_decay = float(cfg.opt.weight_decay)
         jit = bool(cfg.framework.compile)
         self._train_step = tf.function(self._step, jit_compile=jit)
         self._eval_step = tf.function(self._abs_error, jit_compile=jit)
-        self.io = dali if cfg.data.loader == "dali" else data  # same two functions in each
         self.io = dali if cfg.data.loader == "dali" else data  # same two functions in each
         shape = (spec.input_size,) * 3 + (spec.in_channels,)
         common = dict(fmt=cfg.data.format, shape=shape, batch=ctx.local_batch,
