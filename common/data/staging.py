@@ -80,9 +80,12 @@ def rank_share(files: Sequence[Path], node: int, nodes: int, local_rank: int,
 def staged_path(path: Path, src_root: Path, dst_root: Path) -> Path:
     """The node-local twin of a dataset file (same path relative to the dataset root)."""
     try:
-        rel = Path(path).resolve().relative_to(Path(src_root).resolve())
-    except ValueError as exc:
-        raise SciperfError(f"{path} is not inside data.dir={src_root}") from exc
+        rel = Path(path).relative_to(src_root)  # the usual case: listed under data.dir
+    except ValueError:
+        try:
+            rel = Path(path).resolve().relative_to(Path(src_root).resolve())
+        except ValueError as exc:
+            raise SciperfError(f"{path} is not inside data.dir={src_root}") from exc
     return Path(dst_root) / rel
 
 
@@ -96,13 +99,13 @@ def crc32_file(path: Path) -> int:
     return crc
 
 
-def _intact(src: Path, dst: Path, verify: str) -> bool:
+def _intact(src: Path, st: os.stat_result, dst: Path, verify: str) -> bool:
     """A staged copy that a rerun may keep: same size and mtime (and CRC in checksum mode)."""
     try:
-        s, d = src.stat(), dst.stat()
+        d = dst.stat()
     except FileNotFoundError:
         return False
-    if s.st_size != d.st_size or s.st_mtime_ns != d.st_mtime_ns:
+    if st.st_size != d.st_size or st.st_mtime_ns != d.st_mtime_ns:
         return False
     return verify != "checksum" or crc32_file(src) == crc32_file(dst)
 
@@ -118,15 +121,16 @@ def _copy_with_crc(src: Path, tmp: Path) -> int:
     return crc
 
 
-def copy_file(src: Path, dst: Path, verify: str) -> int:
+def copy_file(src: Path, dst: Path, verify: str, st: os.stat_result | None = None) -> int:
     """Copy one file atomically and verify it; returns the bytes copied.
 
-    A failed verification raises naming the file; the final name only ever holds a
-    complete, verified copy (a killed job leaves at most a hidden temporary file).
+    `dst`'s directory must exist. A failed verification raises naming the file; the final
+    name only ever holds a complete, verified copy (a killed job leaves at most a hidden
+    temporary file). The copy gets the source's mtime, which the rerun's quick check reads.
     """
     tmp = dst.with_name(f".{dst.name}.staging-{os.getpid()}")
     try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        st = st or src.stat()
         if verify == "checksum":
             want = _copy_with_crc(src, tmp)
             got = crc32_file(tmp)
@@ -135,17 +139,27 @@ def copy_file(src: Path, dst: Path, verify: str) -> int:
                                    f"(crc32 {got:08x} != {want:08x})")
         else:
             shutil.copyfile(src, tmp)  # sendfile / copy_file_range: the kernel copies
-        size, copied = src.stat().st_size, tmp.stat().st_size
-        if copied != size:
-            raise SciperfError(f"staging {src}: copy {dst} has {copied} bytes, source {size}")
-        shutil.copystat(src, tmp)  # the mtime the rerun's quick check compares
+        copied = tmp.stat().st_size
+        if copied != st.st_size:
+            raise SciperfError(f"staging {src}: copy {dst} has {copied} bytes, "
+                               f"source {st.st_size}")
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, dst)
     except OSError as exc:
         raise SciperfError(f"staging {src} → {dst} failed: {exc}") from exc
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-    return size
+    return st.st_size
+
+
+def _make_dirs(targets: Sequence[Path]) -> None:
+    """Create every destination directory once, up front (not once per file)."""
+    for folder in sorted({t.parent for t in targets}):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SciperfError(f"staging: cannot create {folder}: {exc.strerror or exc}") from exc
 
 
 def stage_files(files: Sequence[Path], src_root: Path, dst_root: Path, *, workers: int = 4,
@@ -162,17 +176,21 @@ def stage_files(files: Sequence[Path], src_root: Path, dst_root: Path, *, worker
     report = StageReport(files=len(files))
     bar = Progress(len(files), "staging", unit="files", enabled=progress)
     start = time.perf_counter()
+    targets = [staged_path(f, src_root, dst_root) for f in files]
+    _make_dirs(targets)
 
-    def one(src: Path) -> tuple[int, bool]:
-        if not src.is_file():
-            raise SciperfError(f"staging: source file {src} does not exist")
-        dst = staged_path(src, src_root, dst_root)
-        keep = _intact(src, dst, verify)
-        size = src.stat().st_size if keep else copy_file(src, dst, verify)
-        return size, not keep
+    def one(pair: tuple[Path, Path]) -> tuple[int, bool]:
+        src, dst = pair
+        try:
+            st = src.stat()
+        except FileNotFoundError:
+            raise SciperfError(f"staging: source file {src} does not exist") from None
+        if _intact(src, st, dst, verify):
+            return st.st_size, False
+        return copy_file(src, dst, verify, st), True
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sciperf-stage") as pool:
-        for size, copied in pool.map(one, files):
+        for size, copied in pool.map(one, zip(files, targets, strict=True)):
             report.bytes_total += size
             if copied:
                 report.copied += 1
