@@ -88,6 +88,8 @@ build() {
     done
   fi
   [ "$engine" = docker ] && export DOCKER_BUILDKIT=1
+  local previous
+  previous=$("$engine" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
   echo "image.sh: $engine build $tag from $dockerfile (sciperf $git)"
   "$engine" "${args[@]}" "$here"
 
@@ -101,6 +103,12 @@ print(json.dumps(json.load(sys.stdin), sort_keys=True, separators=(",", ":")))' 
   "$engine" build -q -f "$tmp/Containerfile" --label "org.sciperf.image-info=$record" \
     -t "$tag" "$tmp" >/dev/null
   rm -rf "$tmp"
+  # The image this tag named before is now untagged: drop it unless something still uses it
+  # (its layers stay as long as the new image shares them, so the build cache survives).
+  if [ -n "$previous" ] && [ "$previous" != "$("$engine" image inspect --format '{{.Id}}' "$tag")" ]
+  then
+    "$engine" rmi "$previous" >/dev/null 2>&1 || true
+  fi
   echo "image.sh: built $tag"
 }
 
