@@ -2,8 +2,10 @@
 
 A weight file is an ``.npz`` whose entries are named ``"<layer>/<param>"`` with the
 canonical layer names of the spec (``conv0``…, ``dense0``…, from
-``ModelSpec.layer_shapes()``) and ``param`` ∈ {``kernel``, ``bias``}. Kernels are stored in
-the Keras layout: conv ``(k…, in, out)``, dense ``(in, out)``.
+``ModelSpec.layer_shapes()``) and ``param`` ∈ {``kernel``, ``bias``} — plus ``gamma``,
+``beta``, ``moving_mean``, ``moving_variance`` for normalisation/affine layers. Kernels are
+stored in the Keras layout: conv ``(k…, in, out)``, dense ``(in, out)``, depthwise
+``(k…, channels, 1)``, transposed conv (deconv) ``(k…, out, in)``.
 
 Frameworks convert with :func:`to_canonical` / :func:`from_canonical`, which decide the
 transpose from the layer *kind* (``conv`` or ``dense``) and the framework's *layout*
@@ -22,19 +24,25 @@ import numpy as np
 
 from sciperf.errors import SciperfError
 
-KINDS = ("conv", "dense")
+KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine")
 LAYOUTS = ("keras", "torch")
-PARAMS = ("kernel", "bias")
+PARAMS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance")
+SCALE_KINDS = ("norm", "affine")  # layers whose torch weight/bias are a scale γ and shift β
 # Framework parameter name → canonical parameter name, per layout.
 PARAM_NAMES = {
-    "keras": {"kernel": "kernel", "bias": "bias"},
+    "keras": {p: p for p in PARAMS},
     "torch": {"weight": "kernel", "bias": "bias"},
 }
+TORCH_SCALE_NAMES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
+                     "running_var": "moving_variance"}
 
 
-def canonical_name(layer: str, param: str, layout: str) -> str:
-    """``"<layer>/<kernel|bias>"`` for a framework parameter name (torch ``weight`` → kernel)."""
+def canonical_name(layer: str, param: str, layout: str, kind: str = "conv") -> str:
+    """``"<layer>/<param>"`` for a framework parameter name (torch ``weight`` → kernel, or
+    → gamma for a norm/affine layer; torch ``running_var`` → moving_variance)."""
     names = PARAM_NAMES[_check(layout, LAYOUTS, "layout")]
+    if layout == "torch" and kind in SCALE_KINDS:
+        names = TORCH_SCALE_NAMES
     if param not in names:
         raise SciperfError(f"{layer}.{param}: not a {layout} parameter name "
                            f"(expected one of {', '.join(names)})")
@@ -58,12 +66,16 @@ def _check(value: str, valid: tuple[str, ...], what: str) -> str:
 def _torch_to_keras_axes(ndim: int, kind: str) -> tuple[int, ...]:
     """Axis order taking a torch kernel to the Keras layout.
 
-    conv: (out, in, k1…kn) → (k1…kn, in, out), any spatial rank; dense: (out, in) → (in, out).
+    conv: (out, in, k1…kn) → (k1…kn, in, out), any spatial rank; dense: (out, in) → (in, out);
+    deconv: torch (in, out, k…) → Keras (k…, out, in), the same axis order as conv;
+    depthwise: torch (channels, 1, k…) → Keras (k…, channels, 1).
     """
     if kind == "dense" and ndim == 2:
         return (1, 0)
-    if kind == "conv" and ndim >= 3:
+    if kind in ("conv", "deconv") and ndim >= 3:
         return (*range(2, ndim), 1, 0)
+    if kind == "depthwise" and ndim >= 3:
+        return (*range(2, ndim), 0, 1)
     raise SciperfError(f"a {kind} kernel cannot have {ndim} dimensions")
 
 
@@ -73,7 +85,7 @@ def to_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch")
     _check(layout, LAYOUTS, "layout")
     _, param = split_name(name)
     arr = np.asarray(array)
-    if param == "bias" or layout == "keras":
+    if param != "kernel" or layout == "keras":
         return np.ascontiguousarray(arr)
     return np.ascontiguousarray(arr.transpose(_torch_to_keras_axes(arr.ndim, kind)))
 
@@ -84,7 +96,7 @@ def from_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch
     _check(layout, LAYOUTS, "layout")
     _, param = split_name(name)
     arr = np.asarray(array)
-    if param == "bias" or layout == "keras":
+    if param != "kernel" or layout == "keras":
         return np.ascontiguousarray(arr)
     axes = _torch_to_keras_axes(arr.ndim, kind)
     return np.ascontiguousarray(arr.transpose(np.argsort(axes)))
@@ -97,7 +109,7 @@ def canonical_shape(name: str, shape: tuple[int, ...], kind: str,
     _check(layout, LAYOUTS, "layout")
     _, param = split_name(name)
     shape = tuple(int(s) for s in shape)
-    if param == "bias" or layout == "keras":
+    if param != "kernel" or layout == "keras":
         return shape
     return tuple(shape[i] for i in _torch_to_keras_axes(len(shape), kind))
 
@@ -114,7 +126,13 @@ def expected_arrays(layer_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tu
 def check_arrays(arrays: Mapping[str, np.ndarray], layer_shapes: Mapping[str, tuple[int, ...]],
                  source: str) -> None:
     """Raise one error naming every missing, extra and mis-shaped entry of `source`."""
-    want = expected_arrays(layer_shapes)
+    check_entries(arrays, expected_arrays(layer_shapes), source)
+
+
+def check_entries(arrays: Mapping[str, np.ndarray], want: Mapping[str, tuple[int, ...]],
+                  source: str) -> None:
+    """:func:`check_arrays` against full entry shapes (``"<layer>/<param>"`` → shape), for
+    models whose layers are not all kernel + bias (e.g. ``deepcam.ModelSpec.weight_shapes``)."""
     problems = []
     missing = sorted(set(want) - set(arrays))
     extra = sorted(set(arrays) - set(want))
@@ -154,8 +172,11 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
 
 
 def load_npz(path: str | Path,
-             expected_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
-    """Read a weight file; with `expected_shapes` (``ModelSpec.layer_shapes()``) check it fits."""
+             expected_shapes: Mapping[str, tuple[int, ...]] | None = None,
+             expected_entries: Mapping[str, tuple[int, ...]] | None = None,
+             ) -> dict[str, np.ndarray]:
+    """Read a weight file; with `expected_shapes` (``ModelSpec.layer_shapes()``) or
+    `expected_entries` (entry → shape) check it fits."""
     path = Path(path)
     try:
         data = np.load(path, allow_pickle=False)
@@ -174,4 +195,6 @@ def load_npz(path: str | Path,
             raise SciperfError(f"{path}: {exc}") from None
     if expected_shapes is not None:
         check_arrays(arrays, expected_shapes, str(path))
+    if expected_entries is not None:
+        check_entries(arrays, expected_entries, str(path))
     return arrays

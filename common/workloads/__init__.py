@@ -7,7 +7,7 @@ from types import ModuleType
 
 from sciperf.errors import SciperfError
 
-WORKLOADS = ("cosmoflow",)
+WORKLOADS = ("cosmoflow", "deepcam")
 
 
 def get_spec(name: str) -> ModuleType:
