@@ -69,6 +69,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+@verb("score", "MLPerf HPC scores of result logs (olympic time to solution, throughput "
+               "TTTa) grouped by system/benchmark/mode, with the rules' verdict")
+def cmd_score(args: argparse.Namespace) -> int:
+    from sciperf.score import score, score_table
+    if not args.overrides:
+        raise SciperfError("usage: sciperf score RESULT_DIR|RESULT_FILE [...] [--json]")
+    scores = score(args.overrides, ruleset=args.ruleset)
+    if args.json:
+        print(json.dumps([s.as_dict() for s in scores], indent=2))
+    else:
+        print(score_table(scores))
+    return 0 if all(s.valid for s in scores) else 1
+
+
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf.check import check_log
@@ -186,7 +200,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="prepare: regenerate existing data")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     p.add_argument("--ruleset", default="3.0.0", choices=("3.0.0", "2.0.0"),
-                   help="check: the hpc ruleset of the logs (default 3.0.0)")
+                   help="check, score: the hpc ruleset of the logs (default 3.0.0)")
+    p.add_argument("--json", action="store_true", help="score: print JSON instead of a table")
     return p
 
 

@@ -7,12 +7,12 @@ Read from the logs (not from summaries) so published logs score the same way.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sciperf.errors import SciperfError
+from sciperf.logs import parse_log
 
 
 @dataclass(frozen=True)
@@ -53,28 +53,12 @@ class Throughput:
 
 def read_instance(path: str | Path) -> Instance:
     """run_start / run_stop of one MLLOG file; a log without both raises naming the file."""
-    path = Path(path)
-    start = stop = None
-    success = False
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as exc:
-        raise SciperfError(f"cannot read MLLOG file {path}: {exc.strerror or exc}") from exc
-    for line in lines:
-        if not line.startswith(":::MLLOG"):
-            continue
-        try:
-            event = json.loads(line[len(":::MLLOG"):])
-        except ValueError:
-            continue
-        if event.get("key") == "run_start" and start is None:
-            start = int(event["time_ms"])
-        elif event.get("key") == "run_stop":
-            stop = int(event["time_ms"])
-            success = (event.get("metadata") or {}).get("status") == "success"
+    log = parse_log(path)
+    start, stop = log.run_window
     if start is None or stop is None:
-        raise SciperfError(f"{path} has no run_start/run_stop pair (run did not start or end)")
-    return Instance(path, start, stop, success)
+        raise SciperfError(f"{log.path} has no run_start/run_stop pair (run did not start or "
+                           "end)")
+    return Instance(log.path, int(start), int(stop), log.success)
 
 
 def throughput(paths: Sequence[str | Path]) -> Throughput:

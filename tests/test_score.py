@@ -1,0 +1,216 @@
+"""`sciperf score`: scores equal mlperf-logging's result summarizer, and the dropping rules.
+
+The published v3.0 logs are scored by sciperf and by `python -m
+mlperf_logging.result_summarizer` on the same tree; every number must be equal. The
+dropping rules are exercised on trees built from a real published log whose run length
+(and, for a failed run, quality values and run_stop status) are rewritten.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sciperf.errors import SciperfError
+from sciperf.logs import TOKEN, parse_log
+from sciperf.score import olympic_mean, score
+from sciperf.throughput import throughput
+
+SCIPERF = [sys.executable, "-m", "sciperf.cli"]
+NV = "NVIDIA/results/eos_n64_ngc23.09_pytorch/strong/cosmoflow"
+HPE_WEAK = "HPE+LBNL/results/perlmutter_10x128x4_ngc21.09_mxnet/weak/cosmoflow"
+
+
+@pytest.fixture(scope="module")
+def v30(published_results: Path) -> Path:
+    return published_results / "v3.0"
+
+
+def summarize(org: Path, tmp: Path) -> tuple[list[dict], list[dict]]:
+    """The official summarizer's strong and weak rows for one organisation folder."""
+    out = tmp / f"{org.name}.csv"
+    proc = subprocess.run([sys.executable, "-m", "mlperf_logging.result_summarizer", str(org),
+                           "hpc", "3.0.0", "-csv", str(out)], cwd=tmp, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    strong, weak = [], []
+    with out.open() as f:  # the weak table is appended to the same CSV, header and all
+        for row in csv.reader(f):
+            if row[0] == "division":
+                header, table = row, (weak if any(":" in c for c in row) else strong)
+                continue
+            table.append(dict(zip(header, row, strict=True)))
+    return strong, weak
+
+
+def system_of(row: dict) -> str:
+    """The system folder name, from the summarizer's details URL (…/systems/<name>.json)."""
+    return row["details_url"].rsplit("/", 1)[1].removesuffix(".json")
+
+
+def test_published_scores_equal_the_result_summarizer(v30, tmp_path):
+    ours = {(s.group.system, s.group.benchmark, s.group.mode): s for s in score([v30])}
+    compared = 0
+    for org in sorted(p for p in v30.iterdir() if p.is_dir()):
+        strong, weak = summarize(org, tmp_path)
+        for row in strong:
+            for bench in ("cosmoflow", "deepcam", "oc20", "openfold"):
+                if row[bench]:
+                    s = ours[(system_of(row), bench, "strong")]
+                    assert s.minutes == float(row[bench]), (system_of(row), bench)
+                    assert s.valid
+                    compared += 1
+        for row in weak:
+            for bench in ("cosmoflow", "deepcam", "oc20", "openfold"):
+                if row[f"{bench}:time_to_train_all"]:
+                    s = ours[(system_of(row), bench, "weak")]
+                    assert s.minutes == float(row[f"{bench}:time_to_train_all"])
+                    assert s.number_of_models == float(row[f"{bench}:number_of_models"])
+                    assert s.instance_scale == float(row[f"{bench}:instance_scale"])
+                    compared += 1
+    assert compared == len(ours) == 5  # every published group, strong and weak
+    eos = ours[("eos_n64_ngc23.09_pytorch", "cosmoflow", "strong")]
+    assert eos.olympic_minutes == 2.098441666666667  # before the review's scaling.json
+    assert eos.scaling_factor == 1.009208103130755
+    weak = ours[("perlmutter_10x128x4_ngc21.09_mxnet", "cosmoflow", "weak")]
+    assert (weak.number_of_models, weak.minutes) == (10, 14.70215)
+    assert weak.models_per_minute == 10 / 14.70215
+
+
+def test_throughput_helper_reads_through_the_shared_parser(v30):
+    files = sorted((v30 / HPE_WEAK).glob("result_*.txt"))
+    t = throughput(files)
+    assert len(t.instances) == 10 and t.converged == 10
+    assert t.minutes == pytest.approx(14.70215, abs=1e-12)
+
+
+# --- synthetic trees from a real published log -----------------------------------------------
+
+def rewrite(src: Path, dst: Path, minutes: float, converged: bool = True,
+            prefix: str = "") -> None:
+    """A copy of the log `src` whose run lasts `minutes`; a failed run never reaches the
+    quality target and stops `aborted`. `prefix` goes before every `:::MLLOG`."""
+    lines, start = [], None
+    for line in src.read_text().splitlines():
+        event = json.loads(line[len(TOKEN):])
+        if event["key"] == "run_start":
+            start = event["time_ms"]
+        if event["key"] == "run_stop":
+            event["time_ms"] = start + round(minutes * 60000)
+            if not converged:
+                event["metadata"]["status"] = "aborted"
+        if event["key"] == "eval_error" and not converged:
+            event["value"] = 0.5
+        lines.append(prefix + TOKEN + json.dumps(event))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("\n".join(lines) + "\n")
+
+
+def strong_tree(v30: Path, root: Path, minutes: list[float], failed: set[int]) -> Path:
+    """<root>/org/results/sys/strong/cosmoflow/result_<i>.txt + systems/sys.json."""
+    org = root / "org"
+    src = v30 / NV / "result_0.txt"
+    for i, m in enumerate(minutes):
+        rewrite(src, org / "results/sys/strong/cosmoflow" / f"result_{i}.txt", m,
+                converged=i not in failed)
+    (org / "systems").mkdir(parents=True)
+    desc = json.loads((v30 / "NVIDIA/systems/eos_n64_ngc23.09_pytorch.json").read_text())
+    desc["system_name"] = "sys"
+    (org / "systems/sys.json").write_text(json.dumps(desc))
+    return org
+
+
+MINUTES = [2.5, 2.0, 3.0, 2.25, 2.75, 4.0, 1.5, 2.2, 2.8, 3.5]
+
+
+def test_one_failed_run_is_the_dropped_slowest_and_matches_the_summarizer(v30, tmp_path):
+    org = strong_tree(v30, tmp_path, MINUTES, failed={2})
+    (s,) = score([org])
+    assert s.valid and "1 non-converged run dropped" in s.verdict
+    ok = sorted(m for i, m in enumerate(MINUTES) if i != 2)
+    assert s.minutes == pytest.approx(sum(ok[1:]) / 8, abs=1e-9)  # only the fastest dropped
+    failed = [r for r in s.group.runs if not r.converged]
+    assert [r.path.name for r in failed] == ["result_2.txt"] and "eval_error" in failed[0].problem
+    strong, _ = summarize(org, tmp_path)
+    assert s.minutes == float(strong[0]["cosmoflow"])
+
+
+def test_two_failed_runs_make_the_group_invalid(v30, tmp_path):
+    org = strong_tree(v30, tmp_path, MINUTES, failed={2, 5})
+    (s,) = score([org])
+    assert not s.valid and s.minutes is None
+    assert s.verdict.startswith("INVALID: 2 of 10 runs did not converge")
+    proc = subprocess.run([*SCIPERF, "score", str(org)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 1 and "INVALID: 2 of 10" in proc.stdout
+    assert proc.stdout.count("not converged:") == 2
+
+
+def test_too_few_runs_is_scored_but_flagged(v30, tmp_path):
+    org = strong_tree(v30, tmp_path, [2.0, 3.0, 2.5], failed=set())
+    (s,) = score([org])
+    assert not s.valid and s.verdict.startswith("TOO FEW RUNS: 3 of the 10 cosmoflow")
+    assert s.minutes == pytest.approx(2.5, abs=1e-9)  # the middle one is the olympic mean
+
+
+def test_weak_needs_the_rule_count_of_converged_instances(v30, tmp_path):
+    files = sorted((v30 / HPE_WEAK).glob("result_*.txt"))
+    folder = tmp_path / "org/results/sys/weak/cosmoflow"
+    folder.mkdir(parents=True)
+    for f in files:
+        shutil.copy(f, folder / f.name)
+    (good,) = score([tmp_path / "org"])
+    assert good.valid and good.minutes == 14.70215
+    victim = folder / files[0].name
+    log = parse_log(victim)
+    rewrite(victim, victim, log.minutes, converged=False)
+    (bad,) = score([tmp_path / "org"])
+    assert not bad.valid and bad.number_of_models == 9
+    assert bad.verdict == "INVALID: only 9 of 10 instances converged, cosmoflow requires 10"
+    rest = [parse_log(f) for f in folder.glob("result_*.txt") if f != victim]
+    span = max(r.run_stop_ms for r in rest) - min(r.run_start_ms for r in rest)
+    assert bad.minutes == span / 60 / 1000  # TTTa over the converged instances only
+
+
+def test_prefixed_lines_parse_like_the_official_parser(v30, tmp_path):
+    src = v30 / NV / "result_0.txt"
+    clean, tagged = tmp_path / "a/result_0.txt", tmp_path / "b/result_0.txt"
+    rewrite(src, clean, 2.0)
+    rewrite(src, tagged, 2.0, prefix="[1,0]<stdout>: ")
+    a, b = parse_log(clean), parse_log(tagged)
+    assert a.events == b.events and b.bad_lines == 0 and b.minutes == 2.0
+    (sa,), (sb,) = score([clean]), score([tagged])
+    assert sa.group.runs[0].converged and sb.group.runs[0].converged
+
+
+def test_olympic_mean_slices_like_the_rules():
+    assert olympic_mean([5.0, 1.0, 3.0, 4.0], dropped=0) == 3.5
+    assert olympic_mean([5.0, 1.0, 3.0], dropped=1) == 4.0  # the failed run is the slowest
+    assert olympic_mean([1.0], dropped=1) is None
+
+
+def _garbage(path: Path) -> Path:
+    path.write_text("garbage\n")
+    return path
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: p / "missing", "no such file or directory"),
+    (lambda p: (p / "empty").mkdir() or p / "empty", "no result_*.txt MLLOG files under"),
+    (lambda p: _garbage(p / "result_0.txt"), "is not an MLLOG result file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, setup, message):
+    target = setup(tmp_path)
+    with pytest.raises(SciperfError, match=re.escape(message)):
+        score([target])
+    proc = subprocess.run([*SCIPERF, "score", str(target)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(target) in proc.stderr
