@@ -128,8 +128,12 @@ def scaling_case(framework: str, root: Path, epochs: int = 4) -> dict[str, Any]:
     rows = []
     for ranks in (1, 2):
         with tempfile.TemporaryDirectory(prefix="sciperf-scaling-") as out:
-            cmd = [sys.executable, "-m", "sciperf.cli", "launch", "launcher=local",
-                   f"launcher.nprocs={ranks}", "experiment=mini", f"framework={framework}",
+            # TensorFlow's multi-rank path is Horovod, which needs MPI's rank environment
+            launcher = (["launcher=mpirun", f"launcher.tasks_per_node={ranks}"]
+                        if framework == "tensorflow" and ranks > 1
+                        else ["launcher=local", f"launcher.nprocs={ranks}"])
+            cmd = [sys.executable, "-m", "sciperf.cli", "launch", *launcher,
+                   "experiment=mini", f"framework={framework}",
                    f"data.dir={folder}", f"data.train_samples={n}",
                    f"data.eval_samples={n // 2}", f"train.max_epochs={epochs}",
                    "train.target=0.0001", f"framework.threads={2 // ranks}",
@@ -144,6 +148,9 @@ def scaling_case(framework: str, root: Path, epochs: int = 4) -> dict[str, Any]:
                 continue
             hist = json.loads(summary_path.read_text())["history"][1:]
             seconds = sum(h["train_s"] for h in hist)
+            if not seconds:
+                rows.append({"ranks": ranks, "error": "no timed epochs"})
+                continue
             rows.append({"ranks": ranks, "threads_per_rank": 2 // ranks,
                          "samples_per_s": round(n * len(hist) / seconds, 2)})
     rates = [r.get("samples_per_s") for r in rows]
