@@ -134,6 +134,11 @@ class MpirunLauncher(Launcher):
                  "--bind-to", "none"]
         if self.as_root:
             words.append("--allow-run-as-root")
+        if not alloc.gpus_per_node:
+            # CPU ranks share their cores with the compute threads: a rank waiting in an
+            # all-reduce must yield, not spin (measured: 2 Horovod ranks on 2 cores went
+            # from ~90 to ~125 samples/s on mini CosmoFlow).
+            words += ["--mca", "mpi_yield_when_idle", "1"]
         for name in (*self.exported, *(self.options.get("env") or [])):
             words += ["-x", str(name)]
         return words + self.extra()

@@ -386,3 +386,10 @@ def test_cli_launch_impossible_request_is_one_line(sciperf_cmd, tmp_path: Path) 
         "sciperf launch: error: nodes=99 exceeds the 16 node(s) of system=slurm-gpu-node "
         "(configs/system/slurm-gpu-node.yaml: nodes)"]
     assert not (tmp_path / "launch.sbatch").exists()
+
+
+def test_mpirun_ranks_yield_only_on_cpu_nodes() -> None:
+    """CPU ranks share cores with compute threads: waiting ranks yield instead of spinning."""
+    yield_flag = "--mca mpi_yield_when_idle 1"
+    assert yield_flag not in _plan("mpirun", "none").text  # perlmutter-like: 4 GPUs a node
+    assert yield_flag in _plan("mpirun", "none", "system.accelerators_per_node=0").text
