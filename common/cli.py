@@ -83,6 +83,20 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0 if all(s.valid for s in scores) else 1
 
 
+@verb("package", "arrange run directories into the official submission tree "
+                 "(results/<system>/{strong,weak}/<benchmark>/, systems/<system>.json)")
+def cmd_package(args: argparse.Namespace) -> int:
+    from sciperf.package import package
+    from sciperf.score import score, score_table
+    dest = package(args.overrides, args.system, args.out or "submission")
+    for folder in sorted((dest / "results").glob("*/*/*")):
+        count = len(list(folder.glob("result_*.txt")))
+        print(f"wrote {folder} ({count} result file{'s' if count != 1 else ''})")
+    print(f"wrote {dest}/systems/{args.system}.json")
+    print(score_table(score([dest], ruleset=args.ruleset)))
+    return 0
+
+
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf.check import check_log
@@ -202,6 +216,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ruleset", default="3.0.0", choices=("3.0.0", "2.0.0"),
                    help="check, score: the hpc ruleset of the logs (default 3.0.0)")
     p.add_argument("--json", action="store_true", help="score: print JSON instead of a table")
+    p.add_argument("--system", help="package: the system name of the submission tree")
+    p.add_argument("--out", help="package: destination (default ./submission); "
+                                 "report: report directory (default ./report)")
     return p
 
 

@@ -251,6 +251,8 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def score_line(s: Score) -> str:
     """The figure of a score in words."""
+    if s.minutes is None:
+        return "-"
     if s.group.mode == "weak":
         return (f"{s.number_of_models} models in {_fmt(s.minutes)} min = "
                 f"{_fmt(s.models_per_minute)} models/min (instance scale "
