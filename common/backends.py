@@ -99,8 +99,13 @@ def available() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
-def load_backend(name: str) -> Backend:
-    """Instantiate backend `name`, or say which exist and how to install the missing one."""
+def load_backend(name: str, benchmark: str | None = None) -> Backend:
+    """Instantiate backend `name` (for `benchmark`, when the framework implements that
+    workload in its own Backend class), or say which exist and how to install the missing one.
+
+    A framework's entry-point class may define ``for_benchmark(benchmark) -> type``; the
+    driver stays workload-generic and each framework keeps one registered entry point.
+    """
     eps = available()
     if name not in eps:
         have = ", ".join(sorted(eps)) or "none"
@@ -112,4 +117,6 @@ def load_backend(name: str) -> Backend:
         cls = eps[name].load()
     except ImportError as exc:
         raise SciperfError(f"framework '{name}' failed to import: {exc}") from exc
+    if benchmark is not None and hasattr(cls, "for_benchmark"):
+        cls = cls.for_benchmark(benchmark)
     return cls()

@@ -11,6 +11,7 @@ from sciperf.data.cosmoflow import list_samples
 from sciperf.errors import SciperfError
 
 SOURCES = ("synthetic", "existing")
+DEEPCAM_SOURCES = ("synthetic", "existing", "convert")
 
 
 def _request(cfg: Any) -> synthetic.GenerateRequest:
@@ -21,7 +22,10 @@ def _request(cfg: Any) -> synthetic.GenerateRequest:
 
 
 def prepare(cfg: Any, force: bool = False) -> None:
-    """Generate synthetic universes unless an identical complete set exists; else verify."""
+    """Generate synthetic data unless an identical complete set exists; else verify."""
+    if cfg.benchmark == "deepcam":
+        prepare_deepcam(cfg, force)
+        return
     if cfg.data.source not in SOURCES:
         raise SciperfError(f"data.source={cfg.data.source} is not one of {', '.join(SOURCES)}")
     if cfg.data.source == "existing":
@@ -34,11 +38,59 @@ def prepare(cfg: Any, force: bool = False) -> None:
         print(f"dataset ready: {req.root} ({req.train_samples}+{req.eval_samples} "
               f"{req.fmt} samples, {req.size}³, seed {req.seed})")
         return
-    if not os.access(_existing_ancestor(Path(req.root)), os.W_OK):
-        raise SciperfError(f"data.dir={req.root} is not writable")
+    _check_writable(Path(req.root))
     synthetic.generate(req)
     print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} universes "
           f"({req.size}³×4) to {req.root}")
+
+
+def prepare_deepcam(cfg: Any, force: bool = False) -> None:
+    """DeepCAM: synthetic climate (+ stats.h5), hdf5 → npy conversion, or verification."""
+    from sciperf.data import climate
+    from sciperf.data import deepcam as dc
+
+    source, root = cfg.data.source, Path(cfg.data.dir)
+    if source not in DEEPCAM_SOURCES:
+        raise SciperfError(f"data.source={source} is not one of {', '.join(DEEPCAM_SOURCES)}")
+    if source == "convert":
+        _check_writable(root)
+        count = dc.convert(root)
+        print(f"converted {count} hdf5 samples to npy under {root} (stats: {dc.stats_path(root)})")
+        return
+    if source == "existing":
+        _verify_deepcam(cfg)
+        return
+    req = climate.GenerateRequest(
+        root=str(root.resolve()), fmt=cfg.data.format, train_samples=int(cfg.data.train_samples),
+        eval_samples=int(cfg.data.eval_samples), height=int(cfg.model.height),
+        width=int(cfg.model.width), seed=int(cfg.seed))
+    if not force and climate.dataset_complete(req):
+        print(f"dataset ready: {req.root} ({req.train_samples}+{req.eval_samples} {req.fmt} "
+              f"samples, {req.height}×{req.width}×16, seed {req.seed})")
+        return
+    _check_writable(root)
+    freq = climate.generate(req)
+    shares = ", ".join(f"{k} {v:.5f}" for k, v in freq.items())
+    print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} climate samples "
+          f"({req.height}×{req.width}×16) and stats.h5 to {req.root}; train classes: {shares}")
+
+
+def _verify_deepcam(cfg: Any) -> None:
+    """Existing data: the files are there, the stats are readable, one sample fits."""
+    from sciperf.data import deepcam as dc
+
+    root = Path(cfg.data.dir)
+    dc.normalisation(dc.stats_path(root))
+    shape = (int(cfg.model.height), int(cfg.model.width), int(cfg.model.in_channels))
+    for split, n in (("train", cfg.data.train_samples), ("validation", cfg.data.eval_samples)):
+        files = dc.list_samples(root, split, cfg.data.format, n)
+        dc.read_raw(files[0], cfg.data.format, shape)
+        print(f"{root}/{split}: {len(files)} {cfg.data.format} samples")
+
+
+def _check_writable(root: Path) -> None:
+    if not os.access(_existing_ancestor(root), os.W_OK):
+        raise SciperfError(f"data.dir={root} is not writable")
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -124,7 +124,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
     state, backend, run_start = RunState(world=world), None, None
     try:
-        backend = load_backend(cfg.framework.name)
+        backend = load_backend(cfg.framework.name, cfg.benchmark)
         train_files, eval_files, local_batch = resolve_files(cfg, info)
         n_train, n_eval = len(train_files) * world, len(eval_files) * world
         mll.hyperparameters(spec.mllog_hyperparameters(cfg, n_train, n_eval))

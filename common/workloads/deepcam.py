@@ -16,6 +16,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 NAME = "deepcam"
 METRIC_KEY = "eval_accuracy"  # MLLOG key of the quality metric (validation IoU)
 METRIC_NAME = "validation IoU"
@@ -91,6 +93,18 @@ class LayerSpec:
         """Trainable parameters (BN moving statistics are buffers, not parameters)."""
         shapes = self.weight_shapes()
         return sum(math.prod(s) for name, s in shapes.items() if "/moving_" not in name)
+
+    def fan_in(self) -> int:
+        """PyTorch's fan-in of the kernel (depthwise: k²; deconv: out·k², torch's dim 1)."""
+        k2 = self.kernel * self.kernel
+        return {"depthwise": k2, "deconv": self.cout * k2}.get(self.kind, self.cin * k2)
+
+    def init_scale(self) -> float:
+        """he_normal: the std √(2/fan_in) of kaiming_normal_; torch_default: the bound
+        1/√fan_in of PyTorch's default U(−b, b) init (weights and bias)."""
+        if self.init == "he_normal":
+            return math.sqrt(2.0 / self.fan_in())
+        return 1.0 / math.sqrt(self.fan_in())
 
 
 @dataclass(frozen=True)
@@ -405,3 +419,30 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
     else:
         out.update(scheduler_t_max=int(o.t_max), scheduler_eta_min=float(o.eta_min))
     return out
+
+
+# --- numpy references of the loss and the metric (the frameworks are tested against these) ---
+def weighted_cross_entropy(logits: np.ndarray, labels: np.ndarray,
+                           weights: tuple[float, ...] = CLASS_WEIGHTS) -> float:
+    """mean over pixels of w[y]·(−log softmax(logits)[y]); logits (N, H, W, C), labels
+    (N, H, W). A plain mean, not divided by the weight sum (the reference's reduction)."""
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    y = np.asarray(labels, np.int64)
+    picked = np.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
+    return float(np.mean(-np.asarray(weights, np.float64)[y] * picked))
+
+
+def sample_iou(pred: np.ndarray, labels: np.ndarray, num_classes: int = NUM_CLASSES
+               ) -> np.ndarray:
+    """Per-sample IoU: mean over classes of TP/(TP+FP+FN), a class absent from both the
+    prediction and the label counting 1. pred, labels: (N, H, W) class ids → (N,)."""
+    p = np.asarray(pred).reshape(len(pred), -1)
+    y = np.asarray(labels).reshape(len(labels), -1)
+    out = np.zeros(len(p))
+    for c in range(num_classes):
+        tp = np.sum((p == c) & (y == c), axis=1)
+        union = np.sum((p == c) | (y == c), axis=1)
+        out += np.where(union > 0, tp / np.maximum(union, 1), 1.0)
+    return out / num_classes

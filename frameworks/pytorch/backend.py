@@ -18,9 +18,22 @@ from sciperf_pytorch.optim import KerasSGD
 
 
 class PyTorchBackend(Backend):
-    """CosmoFlow in PyTorch: Keras-semantics SGD, Keras L2, bf16 autocast, channels-last."""
+    """CosmoFlow in PyTorch: Keras-semantics SGD, Keras L2, bf16 autocast, channels-last.
+
+    The registered entry point; other workloads have their own class in this package,
+    picked by :meth:`for_benchmark` (``sciperf.backends.load_backend``).
+    """
 
     name = "pytorch"
+
+    @classmethod
+    def for_benchmark(cls, benchmark: str) -> type[Backend]:
+        """The Backend class implementing `benchmark` (this class for CosmoFlow)."""
+        if benchmark == "deepcam":
+            from sciperf_pytorch.deepcam import DeepCamBackend
+
+            return DeepCamBackend
+        return cls
 
     def setup(self, ctx: RunContext) -> None:
         """Seed, place, build model/optimizer/loaders from the config and spec."""

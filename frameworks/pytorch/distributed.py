@@ -44,11 +44,17 @@ class Comm:
         """True when there is more than one rank to talk to."""
         return self.info.world > 1
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """DDP for native multi-rank runs; Horovod and single rank keep the module."""
+    def wrap_model(self, model: torch.nn.Module,
+                   broadcast_buffers: bool = True) -> torch.nn.Module:
+        """DDP for native multi-rank runs; Horovod and single rank keep the module.
+
+        DeepCAM passes broadcast_buffers=False (as its reference): each rank keeps its own
+        BN running statistics during an epoch and :meth:`average` merges them after it.
+        """
         if self.kind == "native" and self.active:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+            return torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=ids, broadcast_buffers=broadcast_buffers)
         if self.hvd is not None:
             self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model
@@ -74,6 +80,18 @@ class Comm:
             t = t.to(self.device) if self.device.type == "cuda" else t
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return [float(v) for v in t.cpu()]
+
+    @torch.no_grad()
+    def average(self, tensors: list[torch.Tensor]) -> None:
+        """In-place mean over ranks of each tensor (e.g. BN running statistics)."""
+        if not self.active or not tensors:
+            return
+        for i, t in enumerate(tensors):
+            if self.hvd is not None:
+                t.copy_(self.hvd.allreduce(t, op=self.hvd.Average, name=f"sciperf.avg.{i}"))
+            else:
+                dist.all_reduce(t, op=dist.ReduceOp.SUM)
+                t.div_(self.info.world)
 
     def barrier(self) -> None:
         """Wait for every rank (run_start / run_stop are taken after one)."""

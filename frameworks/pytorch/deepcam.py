@@ -1,0 +1,205 @@
+"""DeepCAM in PyTorch: the backend the common driver runs for ``workload=deepcam``.
+
+Weighted cross-entropy (mean over pixels) in fp32, per-sample IoU, Adam/AdamW/LAMB with
+the spec's LR applied at every optimizer step, gradient accumulation, BN running
+statistics averaged over ranks after each epoch, bf16 autocast and channels-last memory
+from ``runtime`` (the model stays single-device and precision-agnostic).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F  # noqa: N812
+
+from sciperf.backends import Backend, EpochResult, RunContext
+from sciperf.data import deepcam as dc_data
+from sciperf.data.loader import BatchLoader
+from sciperf.errors import SciperfError
+from sciperf.weights import load_npz
+from sciperf.workloads import deepcam as spec
+from sciperf_pytorch import runtime
+from sciperf_pytorch.distributed import Comm
+from sciperf_pytorch.models.deepcam import DeepCam, export_weights, import_weights
+from sciperf_pytorch.optim import deepcam_optimizer
+
+
+def make_loader(files: list[Path], root: str, fmt: str, model: spec.ModelSpec, batch: int,
+                seed: int, shuffle: bool, prefetch: int) -> BatchLoader:
+    """The common prefetching loader over one format, normalised by `root`/stats.h5."""
+    shape = (model.height, model.width, model.in_channels)
+    reader = dc_data.make_reader(root, fmt, shape)
+    return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch)
+
+
+def to_device(x_np: np.ndarray, y_np: np.ndarray,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, H, W, C) float32 → (N, C, H, W) viewed channels-last (no copy); labels int64."""
+    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+    if device.type == "cuda":
+        x, y = x.pin_memory().to(device, non_blocking=True), y.to(device, non_blocking=True)
+    return x.permute(0, 3, 1, 2), y.long()
+
+
+def batches(loader: BatchLoader, epoch: int,
+            device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Device batches of one epoch."""
+    for x_np, y_np in loader.epoch(epoch):
+        yield to_device(x_np, y_np, device)
+
+
+def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The reference loss: per-pixel CE weighted by w[label], a plain mean over pixels."""
+    weight = torch.tensor(spec.CLASS_WEIGHTS, dtype=torch.float32, device=logits.device)
+    return F.cross_entropy(logits.float(), labels, weight=weight, reduction="none").mean()
+
+
+def sample_iou(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-sample IoU (N,): mean over classes of TP/(TP+FP+FN), absent classes count 1."""
+    pred = logits.argmax(dim=1).flatten(1)
+    y = labels.flatten(1)
+    total = torch.zeros(pred.shape[0], dtype=torch.float64, device=pred.device)
+    for c in range(spec.NUM_CLASSES):
+        p_c, y_c = pred == c, y == c
+        tp = (p_c & y_c).sum(1).double()
+        union = (p_c | y_c).sum(1).double()
+        total += torch.where(union > 0, tp / union.clamp(min=1), torch.ones_like(tp))
+    return total / spec.NUM_CLASSES
+
+
+class DeepCamBackend(Backend):
+    """DeepCAM for the common driver (chosen by ``PyTorchBackend.for_benchmark``)."""
+
+    name = "pytorch"
+
+    def setup(self, ctx: RunContext) -> None:
+        """Seed, place, build model/optimizer/loaders from the config and spec."""
+        cfg = self.cfg = ctx.cfg
+        runtime.setup_threads(cfg.framework.threads)
+        runtime.seed_everything(cfg.seed)
+        self.device = runtime.select_device(ctx.info.device)
+        self.model_spec = spec.ModelSpec(**cfg.model)
+        _check_config(cfg, self.model_spec)
+        self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
+                         cfg.distributed.timeout_s)
+        self.model = DeepCam(self.model_spec).to(self.device)
+        if cfg.framework.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        if cfg.train.init_weights:
+            import_weights(self.model, load_npz(cfg.train.init_weights,
+                                                expected_entries=self.model_spec.weight_shapes()))
+        self.net = self.comm.wrap_model(self.model, broadcast_buffers=False)
+        if cfg.framework.compile:
+            self.net = torch.compile(self.net)
+        self.optimizer = self.comm.wrap_optimizer(
+            deepcam_optimizer(self.model.parameters(), cfg.opt), self.model)
+        self.accumulate = int(cfg.opt.gradient_accumulation_frequency)
+        self.micro_step = 0  # micro-batches seen (the reference's `step`)
+        self.opt_step = 0  # optimizer steps taken: the LR schedule's position
+        common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
+                      batch=ctx.local_batch, prefetch=cfg.data.prefetch)
+        self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
+                                        shuffle=cfg.data.shuffle, **common)
+        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False, **common)
+
+    def parameter_count(self) -> int:
+        """Trainable parameters (56,454,720 for the full model)."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def loss_fn(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Weighted cross-entropy in fp32 (the reference's CELoss)."""
+        return weighted_cross_entropy(logits, y)
+
+    def current_lr(self) -> float:
+        """LR of the next optimizer step (the spec's per-step schedule)."""
+        return spec.lr_for_step(self.cfg.opt, self.opt_step)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One micro-batch: backward of loss/accumulate; an optimizer step every
+        `accumulate` micro-batches at the schedule's LR. Returns the unscaled loss."""
+        with runtime.autocast(self.device, self.cfg.precision):
+            logits = self.net(x)
+        loss = self.loss_fn(logits, y)
+        (loss / self.accumulate).backward()
+        self.micro_step += 1
+        if self.micro_step % self.accumulate == 0:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.current_lr()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.opt_step += 1
+        return loss.detach()
+
+    def train_epoch(self, epoch: int, lr: float,
+                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
+        """One pass over the shard (`lr` is the driver's per-epoch record; the LR changes
+        every optimizer step), then the BN running statistics are averaged over ranks."""
+        self.net.train()
+        start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
+        for x, y in batches(self.train_loader, epoch, self.device):
+            loss = self.train_step(x, y)
+            total += loss.cpu()
+            steps, samples = steps + 1, samples + x.shape[0]
+            if on_step:
+                on_step(x.shape[0], float(loss))
+        self.comm.average(self.bn_statistics())
+        seconds = time.perf_counter() - start
+        loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
+        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
+
+    def bn_statistics(self) -> list[torch.Tensor]:
+        """Every BN running mean and variance (the buffers averaged after an epoch)."""
+        return [b for n, b in self.model.named_buffers() if n.endswith(("running_mean",
+                                                                         "running_var"))]
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean per-sample IoU over every validation sample (summed over ranks)."""
+        self.net.eval()
+        iou_sum, count = torch.zeros((), dtype=torch.float64), 0
+        for x, y in batches(self.eval_loader, 0, self.device):
+            with runtime.autocast(self.device, self.cfg.precision):
+                logits = self.net(x)
+            iou_sum += sample_iou(logits, y).sum().cpu()
+            count += y.shape[0]
+        total, n = self.comm.sum([float(iou_sum), float(count)])
+        return total / max(n, 1)
+
+    def export_weights(self) -> dict:
+        """Canonical weights (BN moving statistics included) of this rank's replica."""
+        return export_weights(self.model)
+
+    def barrier(self) -> None:
+        """All ranks reach this point (before run_start and run_stop)."""
+        self.comm.barrier()
+
+    def close(self) -> None:
+        """Release the process group."""
+        self.comm.close()
+
+    def peak_flops(self, precision: str) -> float:
+        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
+        return runtime.matmul_flops(self.device, precision)
+
+    def info(self) -> dict[str, str]:
+        """torch version and device."""
+        return runtime.versions()
+
+
+def _check_config(cfg, model: spec.ModelSpec) -> None:
+    """Choices the schema cannot restrict, as one line naming the key."""
+    try:
+        model.check()
+        spec.check_optimizer(cfg.opt)
+    except ValueError as exc:
+        raise SciperfError(str(exc)) from None
+    if cfg.distributed.backend == "horovod" and int(cfg.opt.gradient_accumulation_frequency) > 1:
+        raise SciperfError("opt.gradient_accumulation_frequency > 1 is not supported with "
+                           "distributed.backend=horovod; use distributed.backend=native")
+    if model.batchnorm_group_size != 1:
+        raise SciperfError("model.batchnorm_group_size > 1 (SyncBN groups) is not supported; "
+                           "use 1 (per-rank BN, statistics averaged after each epoch)")
