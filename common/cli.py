@@ -97,6 +97,18 @@ def cmd_package(args: argparse.Namespace) -> int:
     return 0
 
 
+@verb("report", "Markdown + PNG + HTML report comparing runs (scores, time breakdown, "
+                "convergence curves, scaling); --out REPORT_DIR")
+def cmd_report(args: argparse.Namespace) -> int:
+    from sciperf.report import report
+    if not args.overrides:
+        raise SciperfError("usage: sciperf report RESULT_DIR|RESULT_FILE [...] [--out DIR]")
+    out = report(args.overrides, args.out or "report", ruleset=args.ruleset)
+    print(f"wrote {out}/report.md, {out}/report.html and "
+          f"{len(list(out.glob('*.png')))} PNG plots")
+    return 0
+
+
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf.check import check_log

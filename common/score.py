@@ -2,8 +2,9 @@
 
 Logs are grouped by system / benchmark / mode. In a submission tree
 (`<org>/results/<system>/{strong,weak}/<benchmark>/`) the folders say all three; for our
-own run directories the system is the MLLOG `submission_platform` plus the framework from
-summary.json, and a directory holding several instances' logs is one throughput job.
+own run directories the system is the MLLOG `submission_platform` plus the framework and
+the number of ranks from summary.json (a system is one scale), and a directory holding
+several instances' logs is one throughput job.
 
 A run counts as converged exactly when mlperf-logging's result summarizer counts it: when
 the official compliance checker (hpc ruleset, closed/open rules, quality target) passes
@@ -42,7 +43,7 @@ def required_runs(benchmark: str) -> int:
     return int(counts[benchmark])
 
 
-@dataclass
+@dataclass(eq=False)  # a run is itself: two copies of one log are two runs
 class Run:
     """One scored log: parsed events, its summary.json (ours only) and the checker's word."""
 
@@ -67,6 +68,7 @@ class Group:
     framework: str | None = None
     folder: Path | None = None  # the submission-tree folder (scaling.json lives there)
     runs: list[Run] = field(default_factory=list)
+    series: str = ""  # the system without its scale: runs of one series at several scales
 
     @property
     def label(self) -> str:
@@ -200,15 +202,17 @@ def _group_key(run: Run) -> tuple[Any, ...]:
     """Identity of the group a run belongs to (and its label fields)."""
     place = tree_place(run.path)
     if place is not None:
-        return (place.org_dir.name, place.system, None, place.benchmark, place.mode,
+        return (place.org_dir.name, place.system, None, None, place.benchmark, place.mode,
                 run.path.parent)
     log = run.log
     if not log.benchmark:
         raise SciperfError(f"{run.path}: no submission_benchmark in the log (cannot group it)")
     framework = (run.summary or {}).get("framework")
+    ranks = (run.summary or {}).get("world_size") or log.ranks
     mode = _our_mode(run.path, run.summary)
     folder = run.path.parent if mode == "weak" else None
-    return (log.org, log.platform or "unknown-platform", framework, log.benchmark, mode, folder)
+    return (log.org, log.platform or "unknown-platform", framework, ranks, log.benchmark, mode,
+            folder)
 
 
 def load_runs(targets: Sequence[str | Path], ruleset: str = RULESET) -> list[Run]:
@@ -225,12 +229,14 @@ def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[tuple[Any, ...], Group] = {}
     for run in runs:
         key = _group_key(run)
-        org, system, framework, benchmark, mode, folder = key
+        org, system, framework, ranks, benchmark, mode, folder = key
         tree = tree_place(run.path) is not None
         if key not in groups:
-            label = f"{system} ({framework})" if framework else system
+            series = f"{system} ({framework})" if framework else system
+            label = system if tree else f"{system} ({framework or '?'}, {ranks} "\
+                f"rank{'s' if ranks != 1 else ''})"
             groups[key] = Group(label, benchmark, mode, org, framework,
-                                folder if tree else None)
+                                folder if tree else None, series=series)
         groups[key].runs.append(run)
     return sorted(groups.values(), key=lambda g: (g.system, g.benchmark, g.mode,
                                                   str(g.runs[0].path)))
