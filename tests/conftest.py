@@ -35,3 +35,15 @@ def sciperf_cmd() -> list[str]:
         return [str(beside)]
     found = shutil.which("sciperf")
     return [found] if found else [sys.executable, "-m", "sciperf.cli"]
+
+
+@pytest.fixture(scope="session")
+def tiny_mini_data(tmp_path_factory, sciperf_cmd) -> Path:
+    """64 + 32 mini universes (npy), prepared once per session by the real command."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("tiny-mini-data")
+    subprocess.run([*sciperf_cmd, "prepare", "experiment=mini", f"data.dir={root}",
+                    "data.train_samples=64", "data.eval_samples=32"],
+                   check=True, capture_output=True)
+    return root

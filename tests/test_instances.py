@@ -28,12 +28,8 @@ SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("instance-data")
-    subprocess.run([str(BIN / "sciperf"), "prepare", "experiment=mini", f"data.dir={root}",
-                    "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True)
-    return root
+def data(tiny_mini_data: Path) -> Path:
+    return tiny_mini_data
 
 
 def _launch(data: Path, out: Path, nprocs: int, *extra: str) -> subprocess.CompletedProcess:

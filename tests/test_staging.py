@@ -130,12 +130,8 @@ def test_stage_root_keys_by_dataset_and_instance(tmp_path):
 # --- end to end through the real command -------------------------------------------------
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("stage-data")
-    subprocess.run([str(BIN / "sciperf"), "prepare", "experiment=mini", f"data.dir={root}",
-                    "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True)
-    return root
+def data(tiny_mini_data: Path) -> Path:
+    return tiny_mini_data
 
 
 def _keys(log: Path) -> list[str]:
