@@ -120,6 +120,15 @@ def test_unwritable_stage_dir_names_the_file_and_leaves_nothing(tmp_path):
     assert blocker.read_text().startswith("a file")
 
 
+def test_stage_dir_that_cannot_be_created_is_one_clear_error(tmp_path):
+    src = tmp_path / "data"
+    files = _tree(src, n=2)
+    blocker = tmp_path / "stage"
+    blocker.write_text("a file where the stage directory should be")
+    with pytest.raises(SciperfError, match="staging: cannot create .*stage"):
+        stage_files(files, src, blocker, progress=False)
+
+
 def test_stage_root_keys_by_dataset_and_instance(tmp_path):
     a = stage_root(tmp_path / "s", tmp_path / "d1", "cosmoflow")
     b = stage_root(tmp_path / "s", tmp_path / "d2", "cosmoflow")
