@@ -109,6 +109,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+@verb("characterize", "FLOPs/sample, bytes read, all-reduce bytes, arithmetic intensity; "
+                      "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
+def cmd_characterize(args: argparse.Namespace) -> int:
+    from sciperf.characterize import characterize, load_run, table, write_outputs
+    from sciperf.config import compose
+    runs = [o.split("=", 1)[1] for o in args.overrides if o.startswith("run=")]
+    overrides = [o for o in args.overrides if not o.startswith("run=")]
+    if len(runs) > 1:
+        raise SciperfError("characterize takes at most one run=OUT")
+    run = load_run(runs[0]) if runs else None
+    result = characterize(compose(overrides), run)
+    out = write_outputs(result, Path(args.out or "characterize"))
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    print(f"wrote {out}/characterize.json and {out}/roofline.png")
+    return 0
+
+
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf.check import check_log
@@ -227,10 +244,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     p.add_argument("--ruleset", default="3.0.0", choices=("3.0.0", "2.0.0"),
                    help="check, score: the hpc ruleset of the logs (default 3.0.0)")
-    p.add_argument("--json", action="store_true", help="score: print JSON instead of a table")
+    p.add_argument("--json", action="store_true",
+                   help="score, characterize: print JSON instead of a table")
     p.add_argument("--system", help="package: the system name of the submission tree")
-    p.add_argument("--out", help="package: destination (default ./submission); "
-                                 "report: report directory (default ./report)")
+    p.add_argument("--out", help="package: destination (default ./submission); report: "
+                                 "report directory (default ./report); characterize: "
+                                 "folder for characterize.json + roofline.png "
+                                 "(default ./characterize)")
     return p
 
 

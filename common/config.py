@@ -79,6 +79,8 @@ class SystemConfig:
     scratch_dir: str | None = None  # shared parallel file system (data), bound into containers
     stage_dir: str | None = None  # node-local storage for data staging
     setup: list[str] = field(default_factory=list)  # shell lines the batch script runs first
+    peak_flops: float | None = None  # FLOP/s per node: roofline ceiling (`sciperf characterize`)
+    peak_io_bw: float | None = None  # bytes/s per node from the data source (roofline ceiling)
 
 
 @dataclass

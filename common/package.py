@@ -130,9 +130,10 @@ def system_description(name: str, runs: list[RunDir]) -> dict[str, Any]:
     """systems/<name>.json from the runs' system config, recorded versions and — for runs
     made on this host — `sciperf info`."""
     summaries = [s for r in runs for s in r.summaries]
-    system = _one({json.dumps(s["config"]["system"], sort_keys=True) for s in summaries},
-                  "system config")
-    system = json.loads(system)
+    keys = ("name", "submission_org", "submission_platform", "submission_division",
+            "submission_status", "accelerators_per_node")
+    system = json.loads(_one({json.dumps({k: s["config"]["system"].get(k) for k in keys})
+                              for s in summaries}, "system config"))
     framework = _one({s["framework"] for s in summaries}, "framework")
     versions = summaries[0].get("versions") or {}
     fw_version = versions.get(framework) or versions.get("torch") or ""
