@@ -22,10 +22,21 @@ class TensorFlowBackend(Backend):
     A custom loop (``tf.function`` step over ``tf.GradientTape``), not ``model.fit``, so the
     step is the same sequence of operations as the PyTorch backend's and works under
     Horovod. ``framework.compile=true`` turns on XLA (``jit_compile``): measured ~20×
-    slower than the default on this 2-core CPU, so it stays off by default.
+    slower than the default on this 2-core CPU, so it stays off by default. This is the
+    registered entry point; other workloads have their own class in this package, picked
+    by :meth:`for_benchmark`.
     """
 
     name = "tensorflow"
+
+    @classmethod
+    def for_benchmark(cls, benchmark: str) -> type[Backend]:
+        """The Backend class implementing `benchmark` (this class for CosmoFlow)."""
+        if benchmark == "deepcam":
+            from sciperf_tensorflow.deepcam import DeepCamBackend
+
+            return DeepCamBackend
+        return cls
 
     def setup(self, ctx: RunContext) -> None:
         """Threads and device first (TF fixes them at its first op), then seed, build, load."""

@@ -55,6 +55,14 @@ class Comm:
                                    name="sciperf.sum")
         return [float(v) for v in total.numpy()]
 
+    def average(self, variables: list) -> None:
+        """In-place mean over ranks of each variable (e.g. BN moving statistics)."""
+        if not self.active:
+            return
+        for i, var in enumerate(variables):
+            var.assign(self.hvd.allreduce(tf.convert_to_tensor(var), op=self.hvd.Average,
+                                          name=f"sciperf.avg.{i}"))
+
     def barrier(self) -> None:
         """Wait for every rank (run_start / run_stop are taken after one)."""
         if self.active:
