@@ -1,5 +1,7 @@
 """`sciperf bench` / `make bench`: measured throughput on this machine, as JSON.
 
+`workload=cosmoflow` (default) or `workload=deepcam` (`make bench WORKLOAD=deepcam`).
+
 Training samples/s for the mini and the full-size model in fp32 and bf16 through the
 real backend (same code path as `sciperf train`), input-pipeline samples/s for each
 on-disk format, and the machine's measured matmul peak beside them. Speed targets are
@@ -8,6 +10,7 @@ reported here, never asserted in timed tests.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -36,6 +39,10 @@ CASES = {  # experiment → (train samples, global batch, timed epochs)
     "mini": (64, 16, 2),
     "full": (8, 4, 1),
 }
+DEEPCAM_CASES = {  # full: one sample per epoch, one warm-up step and one timed step
+    "mini": (32, 8, 2),
+    "full": (1, 1, 1),
+}
 
 
 def _dataset(root: Path, size: int, fmt: str, n_train: int) -> Path:
@@ -47,27 +54,47 @@ def _dataset(root: Path, size: int, fmt: str, n_train: int) -> Path:
     return folder
 
 
+def _deepcam_dataset(root: Path, height: int, width: int, fmt: str, n_train: int) -> Path:
+    """Synthetic climate for timing (re-used when already complete)."""
+    from sciperf.data import climate
+
+    folder = root / f"{height}x{width}" / fmt
+    req = climate.GenerateRequest(str(folder), fmt, n_train, max(n_train // 2, 1), height,
+                                  width, 0)
+    if not climate.dataset_complete(req):
+        climate.generate(req, show_progress=False)
+    return folder
+
+
 def train_case(framework: str, experiment: str, precision: str, root: Path,
                extra: list[str]) -> dict[str, Any]:
     """Samples/s of train_epoch after one warm-up epoch (the real backend path)."""
-    n, gbs, epochs = CASES[experiment]
     base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
-    folder = _dataset(root, int(base.model.input_size), "npy", n)
+    deepcam = base.benchmark == "deepcam"
+    n, gbs, epochs = (DEEPCAM_CASES if deepcam else CASES)[experiment]
+    n_eval = max(n // 2, 1)
+    if deepcam:
+        folder = _deepcam_dataset(root, int(base.model.height), int(base.model.width), "npy", n)
+    else:
+        folder = _dataset(root, int(base.model.input_size), "npy", n)
     cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
-                   "data.format=npy", f"data.train_samples={n}", f"data.eval_samples={n // 2}",
+                   "data.format=npy", f"data.train_samples={n}", f"data.eval_samples={n_eval}",
                    f"train.global_batch_size={gbs}", f"precision={precision}"] + extra)
     spec = get_spec(cfg.benchmark)
-    backend = load_backend(framework)
-    train = list_samples(folder, "train", "npy", n)
-    evals = list_samples(folder, "validation", "npy", n // 2)
+    backend = load_backend(framework, cfg.benchmark)
+    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
+    train = data.list_samples(folder, "train", "npy", n)
+    evals = data.list_samples(folder, "validation", "npy", n_eval)
     backend.setup(RunContext(cfg, spec, train, evals, gbs))
     backend.train_epoch(0, spec.lr_for_epoch(cfg, 0))  # warm-up: allocations, kernels
     samples, seconds = 0, 0.0
     for epoch in range(1, epochs + 1):
         result = backend.train_epoch(epoch, spec.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
+    size = [int(cfg.model.height), int(cfg.model.width)] if deepcam else \
+        int(cfg.model.input_size)
     return {"framework": framework, "model": experiment, "precision": precision,
-            "input_size": int(cfg.model.input_size), "global_batch_size": gbs,
+            "input_size": size, "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": round(samples / seconds, 3),
             "peak_flops": backend.peak_flops(precision)}
@@ -86,6 +113,42 @@ def input_case(size: int, fmt: str, root: Path, n: int) -> dict[str, Any]:
     mb = sum(f.stat().st_size for f in files) / 1e6
     return {"format": fmt, "input_size": size, "samples": count, "seconds": round(seconds, 3),
             "samples_per_s": round(count / seconds, 2), "MB_per_s": round(mb / seconds, 1)}
+
+
+def deepcam_input_case(height: int, width: int, fmt: str, root: Path,
+                       n: int) -> dict[str, Any]:
+    """Samples/s of the common loader over one DeepCAM format (read, normalise, batch)."""
+    from sciperf.data import deepcam as dc
+
+    folder = _deepcam_dataset(root, height, width, fmt, n)
+    files = dc.list_samples(folder, "train", fmt, n)
+    loader = BatchLoader(files, dc.make_reader(folder, fmt, (height, width, 16)),
+                         batch_size=4, workers=2)
+    start = time.perf_counter()
+    count = sum(x.shape[0] for x, _ in loader.epoch(0))
+    seconds = time.perf_counter() - start
+    mb = sum(f.stat().st_size for p in files for f in dc.sample_files(p, fmt)) / 1e6
+    return {"format": fmt, "input_size": [height, width], "samples": count,
+            "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
+            "MB_per_s": round(mb / seconds, 1)}
+
+
+def deepcam_bench(frameworks: list[str], extra: list[str], root: Path,
+                  result: dict[str, Any]) -> None:
+    """DeepCAM: training samples/s (mini, full) per framework/precision, hdf5 vs npy input."""
+    for fw in frameworks:
+        for experiment in DEEPCAM_CASES:
+            for precision in ("fp32", "bf16"):
+                row = train_case(fw, experiment, precision, root, extra)
+                result["train"].append(row)
+                print(f"train {fw:<10} {experiment:<4} {precision:<4} "
+                      f"{row['samples_per_s']:8.3f} samples/s", flush=True)
+    for (h, w), n in (((96, 144), 64), ((768, 1152), 8)):
+        for fmt in ("hdf5", "npy"):
+            row = deepcam_input_case(h, w, fmt, root, n)
+            result["input"].append(row)
+            print(f"input {fmt:<8} {h}×{w} {row['samples_per_s']:8.2f} samples/s "
+                  f"({row['MB_per_s']} MB/s on disk)", flush=True)
 
 
 def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
@@ -170,6 +233,10 @@ def bench(overrides: list[str]) -> int:
     result: dict[str, Any] = {"workload": workload, "machine": machine(), "train": [],
                               "input": [], "reference_full_fp32_samples_per_s":
                               REFERENCE_FULL_FP32_SAMPLES_PER_S}
+    if workload == "deepcam":
+        del result["reference_full_fp32_samples_per_s"]  # a CosmoFlow figure
+        deepcam_bench(frameworks, extra, root, result)
+        return _write(out, workload, result)
     for fw in frameworks:
         for experiment in CASES:
             for precision in ("fp32", "bf16"):
@@ -194,6 +261,10 @@ def bench(overrides: list[str]) -> int:
         result["scaling"].append(row)
         print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup {row['speedup_2_vs_1']}",
               flush=True)
+    return _write(out, workload, result)
+
+
+def _write(out: Path, workload: str, result: dict[str, Any]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{workload}.json"
     path.write_text(json.dumps(result, indent=2))
