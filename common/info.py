@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ PACKAGES = ("numpy", "h5py", "hydra-core", "mlperf-logging", "torch", "tensorflo
             "tensorflow", "horovod", "nvidia-dali-cuda120", "mpi4py")
 
 
+@functools.cache
 def git_hash() -> str | None:
     """Commit of the checkout sciperf runs from (None outside a git tree)."""
     try:

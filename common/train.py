@@ -6,12 +6,16 @@ the success rule are identical across frameworks by construction.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
 import os
 import platform
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +124,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
                    instance=info.instance if info.instances > 1 else None)
     t0 = time.time()
+    git_hash()  # resolved now (cached), not on the abort path where time is short
     mll.init_start()
     mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
     state, backend, run_start = RunState(world=world), None, None
@@ -148,16 +153,33 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         if cfg.train.save_weights:
             save_npz(out / weights_file(info), backend.export_weights())
     except BaseException:
-        if run_start is not None:
-            mll.run_stop(False, state.epochs)
-        _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, info)
-        mll.close()
+        with _shielded():
+            if run_start is not None:
+                mll.run_stop(False, state.epochs)
+            _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, info)
+            mll.close()
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
     backend.close()
     status = "success" if state.success else "aborted"
     return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, info)
+
+
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Let an aborting run finish its last records: the launcher's follow-up SIGTERM (a
+    peer died, torchrun/srun tear down) must not cut run_stop or summary.json short.
+    SIGKILL still can; signals are only ours to set in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def instance_config(cfg: Any, info: RankInfo) -> Any:
