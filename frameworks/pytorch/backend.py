@@ -12,12 +12,13 @@ from sciperf.backends import Backend, EpochResult, RunContext
 from sciperf.weights import load_npz
 from sciperf.workloads.cosmoflow import ModelSpec
 from sciperf_pytorch import dali, data, runtime
+from sciperf_pytorch.base import TorchBackendBase
 from sciperf_pytorch.distributed import Comm
 from sciperf_pytorch.models.cosmoflow import CosmoFlow, export_weights, import_weights
 from sciperf_pytorch.optim import KerasSGD
 
 
-class PyTorchBackend(Backend):
+class PyTorchBackend(TorchBackendBase):
     """CosmoFlow in PyTorch: Keras-semantics SGD, Keras L2, bf16 autocast, channels-last.
 
     The registered entry point; other workloads have their own class in this package,
@@ -123,19 +124,3 @@ class PyTorchBackend(Backend):
     def export_weights(self) -> dict:
         """Canonical weights of this rank's model replica."""
         return export_weights(self.model)
-
-    def barrier(self) -> None:
-        """All ranks reach this point (before run_start and run_stop)."""
-        self.comm.barrier()
-
-    def close(self) -> None:
-        """Release the process group."""
-        self.comm.close()
-
-    def peak_flops(self, precision: str) -> float:
-        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
-        return runtime.matmul_flops(self.device, precision)
-
-    def info(self) -> dict[str, str]:
-        """torch version and device."""
-        return runtime.versions()

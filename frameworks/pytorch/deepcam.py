@@ -16,13 +16,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F  # noqa: N812
 
-from sciperf.backends import Backend, EpochResult, RunContext
+from sciperf.backends import EpochResult, RunContext
 from sciperf.data import deepcam as dc_data
 from sciperf.data.loader import BatchLoader
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf.workloads import deepcam as spec
 from sciperf_pytorch import runtime
+from sciperf_pytorch.base import TorchBackendBase
 from sciperf_pytorch.distributed import Comm
 from sciperf_pytorch.models.deepcam import DeepCam, export_weights, import_weights
 from sciperf_pytorch.optim import deepcam_optimizer
@@ -71,7 +72,7 @@ def sample_iou(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return total / spec.NUM_CLASSES
 
 
-class DeepCamBackend(Backend):
+class DeepCamBackend(TorchBackendBase):
     """DeepCAM for the common driver (chosen by ``PyTorchBackend.for_benchmark``)."""
 
     name = "pytorch"
@@ -172,22 +173,6 @@ class DeepCamBackend(Backend):
     def export_weights(self) -> dict:
         """Canonical weights (BN moving statistics included) of this rank's replica."""
         return export_weights(self.model)
-
-    def barrier(self) -> None:
-        """All ranks reach this point (before run_start and run_stop)."""
-        self.comm.barrier()
-
-    def close(self) -> None:
-        """Release the process group."""
-        self.comm.close()
-
-    def peak_flops(self, precision: str) -> float:
-        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
-        return runtime.matmul_flops(self.device, precision)
-
-    def info(self) -> dict[str, str]:
-        """torch version and device."""
-        return runtime.versions()
 
 
 def _check_config(cfg, model: spec.ModelSpec) -> None:

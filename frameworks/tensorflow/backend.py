@@ -11,12 +11,13 @@ from sciperf.backends import Backend, EpochResult, RunContext
 from sciperf.weights import load_npz
 from sciperf.workloads.cosmoflow import ModelSpec
 from sciperf_tensorflow import dali, data, runtime
+from sciperf_tensorflow.base import TFBackendBase
 from sciperf_tensorflow.distributed import Comm
 from sciperf_tensorflow.models.cosmoflow import CosmoFlow, export_weights, import_weights
 from sciperf_tensorflow.optim import KerasSGD
 
 
-class TensorFlowBackend(Backend):
+class TensorFlowBackend(TFBackendBase):
     """CosmoFlow in TensorFlow: Keras-semantics SGD, Keras L2, mixed_bfloat16, NDHWC.
 
     A custom loop (``tf.function`` step over ``tf.GradientTape``), not ``model.fit``, so the
@@ -129,19 +130,3 @@ class TensorFlowBackend(Backend):
     def export_weights(self) -> dict:
         """Canonical weights of this rank's model replica."""
         return export_weights(self.model)
-
-    def barrier(self) -> None:
-        """All ranks reach this point (before run_start and run_stop)."""
-        self.comm.barrier()
-
-    def close(self) -> None:
-        """Release the process group."""
-        self.comm.close()
-
-    def peak_flops(self, precision: str) -> float:
-        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
-        return runtime.matmul_flops(self.device, precision)
-
-    def info(self) -> dict[str, str]:
-        """TensorFlow/Keras versions and device."""
-        return runtime.versions()

@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from sciperf.backends import Backend, EpochResult, RunContext
+from sciperf.backends import EpochResult, RunContext
 from sciperf.data import deepcam as dc_data
 from sciperf.data.loader import epoch_order
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf.workloads import deepcam as spec
 from sciperf_tensorflow import runtime
+from sciperf_tensorflow.base import TFBackendBase
 from sciperf_tensorflow.data import _reader_message
 from sciperf_tensorflow.distributed import Comm
 from sciperf_tensorflow.models.deepcam import DeepCam, export_weights, import_weights
@@ -123,7 +124,7 @@ def sample_iou(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     return total / spec.NUM_CLASSES
 
 
-class DeepCamBackend(Backend):
+class DeepCamBackend(TFBackendBase):
     """DeepCAM for the common driver (chosen by ``TensorFlowBackend.for_benchmark``)."""
 
     name = "tensorflow"
@@ -255,22 +256,6 @@ class DeepCamBackend(Backend):
     def export_weights(self) -> dict:
         """Canonical weights (BN moving statistics included) of this rank's replica."""
         return export_weights(self.model)
-
-    def barrier(self) -> None:
-        """All ranks reach this point (before run_start and run_stop)."""
-        self.comm.barrier()
-
-    def close(self) -> None:
-        """Release the process group."""
-        self.comm.close()
-
-    def peak_flops(self, precision: str) -> float:
-        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
-        return runtime.matmul_flops(self.device, precision)
-
-    def info(self) -> dict[str, str]:
-        """TensorFlow/Keras versions and device."""
-        return runtime.versions()
 
 
 def _check_config(cfg, model: spec.ModelSpec) -> None:
