@@ -27,7 +27,7 @@ from sciperf.data.sharding import check_divisibility, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
 from sciperf.distributed import RankInfo, discover, split_instances
 from sciperf.errors import SciperfError
-from sciperf.info import git_hash
+from sciperf.info import git_hash, image_info
 from sciperf.mllog import MLLogger
 from sciperf.progress import fmt_duration
 from sciperf.weights import save_npz
@@ -65,6 +65,7 @@ class RunState:
     metric: float | None = None
     success: bool = False
     staging: StageReport | None = None
+    image: dict[str, Any] | None = None  # the container image's version record, if any
 
 
 def resolve_files(cfg: Any, info: RankInfo) -> tuple[list[Path], list[Path], int]:
@@ -118,6 +119,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     info = split_instances(info or discover(), int(cfg.instances))
     cfg = instance_config(cfg, info)
     rank, world = info.rank, info.world
+    image = image_info()  # a bad $SCIPERF_IMAGE_INFO fails here, before anything is written
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = get_spec(cfg.benchmark)
@@ -127,7 +129,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     git_hash()  # resolved now (cached), not on the abort path where time is short
     mll.init_start()
     mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
-    state, backend, run_start = RunState(world=world), None, None
+    state, backend, run_start = RunState(world=world, image=image), None, None
     try:
         backend = load_backend(cfg.framework.name, cfg.benchmark)
         train_files, eval_files, local_batch = resolve_files(cfg, info)
@@ -268,7 +270,7 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "history": state.history,
         "versions": {"sciperf": __version__, "git": git_hash(),
                      "python": platform.python_version(),
-                     **(backend.info() if backend else {})},
+                     **(backend.info() if backend else {}), "image": state.image},
         "host": platform.node(),
         "config": to_container(cfg),
     }

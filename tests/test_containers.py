@@ -28,6 +28,8 @@ from sciperf.info import IMAGE_INFO_ENV, image_info
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERS = ROOT / "containers"
 FRAMEWORKS = ("pytorch", "tensorflow")
+TINY_TRAIN = ("experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+              "train.max_epochs=1", "framework.threads=1")
 
 
 def load_images(containers: Path = CONTAINERS) -> ModuleType:
@@ -233,3 +235,24 @@ def test_image_script_bad_input_is_one_clear_line(args, message):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_summary_records_the_container_image(tiny_mini_data, tmp_path):
+    """Inside an image (no git checkout) the baked version record says what ran."""
+    record = {"framework": "pytorch", "git": "abc123def456", "cuda": None}
+    path = tmp_path / "image.json"
+    path.write_text(json.dumps(record))
+
+    def train(out: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).with_name("sciperf")), "train",
+                               *TINY_TRAIN, f"data.dir={tiny_mini_data}", f"output_dir={out}"],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, IMAGE_INFO_ENV: str(path)})
+
+    proc = train(tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["versions"]["image"] == record, proc.stderr[-2000:]
+    path.write_text("{not json")
+    bad = train(tmp_path / "bad")
+    assert bad.returncode == 2 and "unreadable image info" in bad.stderr
+    assert not (tmp_path / "bad" / "result_0.txt").exists()  # nothing half-written
