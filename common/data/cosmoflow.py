@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sciperf.data import tfrecord
+from sciperf.data import npy, tfrecord
 from sciperf.errors import SciperfError
 from sciperf.workloads import cosmoflow as spec
 
@@ -74,7 +74,7 @@ def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarra
 def _load_npy(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
     """np.load with the checks a corrupt or foreign file needs."""
     try:
-        arr = np.load(path, allow_pickle=False)
+        arr = npy.load(path)  # thread-safe header parse (loader threads)
     except (OSError, ValueError, EOFError) as exc:
         raise SciperfError(f"cannot read {path}: {exc}") from exc
     if arr.dtype != dtype or arr.shape != shape:

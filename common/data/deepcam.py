@@ -24,6 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from sciperf.data import npy
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads import deepcam as spec
@@ -207,7 +208,7 @@ def _read_hdf5(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_npy(path: Path, what: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        return npy.load(path)  # thread-safe header parse (loader threads)
     except (OSError, ValueError, EOFError) as exc:
         raise SciperfError(f"cannot read {what} file {path}: {_reason(exc)}") from exc
 

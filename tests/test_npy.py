@@ -1,0 +1,48 @@
+"""The thread-safe .npy reader every loader thread uses (sciperf.data.npy)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from sciperf.data import npy
+
+
+@pytest.mark.parametrize("arr", [
+    np.arange(24, dtype=np.int16).reshape(2, 3, 4),
+    np.asfortranarray(np.arange(15, dtype=np.float32).reshape(3, 5)),
+    np.ones((), np.float64),
+    np.zeros((0, 4), np.float32),
+])
+def test_load_equals_numpy(arr, tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    got = npy.load(path)
+    ref = np.load(path)
+    assert got.dtype == ref.dtype and got.shape == ref.shape and np.array_equal(got, ref)
+    assert got.flags.writeable
+
+
+def test_truncated_and_object_files_are_value_errors(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.arange(100))
+    with open(path, "r+b") as fh:
+        fh.truncate(200)
+    with pytest.raises(ValueError, match="truncated"):
+        npy.load(path)
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object arrays"):
+        npy.load(path)
+
+
+def test_many_threads_read_at_once(tmp_path):
+    """The loaders read from thread pools; every read must succeed and be exact."""
+    paths = []
+    for i in range(8):
+        paths.append(tmp_path / f"{i}.npy")
+        np.save(paths[-1], np.full((64, 4), i, np.int16))
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda k: npy.load(paths[k % 8]), range(4000)))
+    assert all(int(r[0, 0]) == k % 8 for k, r in enumerate(results))
