@@ -220,7 +220,7 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def group_table(scores: list[Score], facts: list[RunFacts]) -> tuple[list[str], list[list[str]]]:
     header = ["system (framework)", "benchmark", "mode", "runs", "converged", "score",
-              "mean time to train [min]", "mean epochs", "mean samples/s", "verdict"]
+              "mean time to train [min]", "mean epochs", "mean samples/s", "RCP", "verdict"]
     rows = []
     for s in scores:
         mine = [f for f in facts if f.run in s.group.runs]
@@ -230,7 +230,8 @@ def group_table(scores: list[Score], facts: list[RunFacts]) -> tuple[list[str], 
                      str(len(s.group.converged)), score_line(s),
                      _num(sum(times) / len(times) if times else None, 4),
                      _num(sum(f.epochs for f in mine) / len(mine), 1),
-                     _num(sum(rates) / len(rates) if rates else None, 1), s.verdict])
+                     _num(sum(rates) / len(rates) if rates else None, 1), s.rcp or "-",
+                     s.verdict])
     return header, rows
 
 

@@ -10,7 +10,13 @@ A run counts as converged exactly when mlperf-logging's result summarizer counts
 the official compliance checker (hpc ruleset, closed/open rules, quality target) passes
 it. Time to solution (strong): the olympic mean of run_stop − run_start in minutes — sort,
 drop the fastest and the slowest; one non-converged run is allowed and is the dropped
-slowest, more make the group invalid; a reviewer's `scaling.json` multiplies the mean.
+slowest, more make the group invalid. Closed-division strong groups get mlperf-logging's
+RCP review (reference convergence points): a group converging faster than the reference
+mean, within the allowed speed-up, has its mean multiplied by RCP mean / its mean epochs
+— the factor the package checker writes as `scaling.json` before the summarizer scores.
+A `scaling.json` already in the folder (a review committee's) takes precedence. sciperf
+never writes into the trees it scores; the summarizer, run bare, does (first run without
+the factor, later runs with it), which is why its numbers depend on what ran before.
 Throughput (weak): TTTa = latest run_stop − earliest run_start over the converged
 instances, in minutes, and models per minute. The rules' run counts (cosmoflow 10,
 deepcam 5, oc20 5, openfold 10) come from mlperf-logging itself.
@@ -19,7 +25,9 @@ deepcam 5, oc20 5, openfold 10) come from mlperf-logging itself.
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,8 +95,10 @@ class Score:
     required: int
     valid: bool
     verdict: str
-    olympic_minutes: float | None = None  # strong: olympic mean before scaling.json
+    olympic_minutes: float | None = None  # strong: olympic mean before scaling
     scaling_factor: float = 1.0
+    scaling_source: str | None = None  # "scaling.json" or "rcp" when the factor is not 1
+    rcp: str | None = None  # closed strong groups: the RCP checker's verdict
     minutes: float | None = None  # strong: time to solution; weak: TTTa
     number_of_models: int | None = None  # weak
     instance_scale: int | None = None  # weak
@@ -101,6 +111,7 @@ class Score:
                 "converged": len(g.converged), "required": self.required, "valid": self.valid,
                 "verdict": self.verdict, "minutes": self.minutes,
                 "olympic_minutes": self.olympic_minutes, "scaling_factor": self.scaling_factor,
+                "scaling_source": self.scaling_source, "rcp": self.rcp,
                 "number_of_models": self.number_of_models,
                 "instance_scale": self.instance_scale,
                 "models_per_minute": self.models_per_minute,
@@ -129,26 +140,65 @@ def scaling_factor(folder: Path | None) -> float:
         raise SciperfError(f"{file}: no readable scaling_factor ({exc})") from None
 
 
+def rcp_review(group: Group, ruleset: str = RULESET) -> tuple[str | None, float]:
+    """mlperf-logging's RCP check of a closed strong group: (verdict, normalisation factor).
+
+    Open-division groups get (None, 1.0): the rules do not hold them to the reference
+    convergence. The checker reads a directory of result_*.txt, so logs outside a
+    submission tree are linked into a temporary one; nothing is written next to the logs.
+    """
+    if any(r.log.division != "closed" for r in group.runs):
+        return None, 1.0
+    if len(group.runs) < 3:  # the check averages after dropping the fastest and slowest
+        return f"not checked: {len(group.runs)} run(s), the RCP mean needs at least 3", 1.0
+    from mlperf_logging.rcp_checker import rcp_checker
+    with tempfile.TemporaryDirectory(prefix="sciperf-rcp-") as tmp:
+        for i, run in enumerate(group.runs):
+            os.symlink(run.path.resolve(), Path(tmp) / f"result_{i}.txt")
+        try:
+            ok, message, factor = rcp_checker.check_directory(
+                tmp, "hpc", ruleset, False, False, rcp_pass="pruned_rcps", set_scaling=False)
+        except Exception as exc:  # the summarizer, too, scores on when its RCP step fails
+            return f"error: {exc}", 1.0
+    factor = float(factor)
+    if not math.isfinite(factor):
+        return f"not checked: no convergence epochs to compare ({message})", 1.0
+    return f"{'pass' if ok else 'FAIL'}: {message}", factor if ok else 1.0
+
+
+def group_scaling(group: Group) -> tuple[float, str | None, str | None]:
+    """(factor, its source, RCP verdict): a committee's scaling.json wins over the RCP factor."""
+    rcp, rcp_factor = rcp_review(group)
+    committee = scaling_factor(group.folder)
+    if group.folder is not None and (group.folder / "scaling.json").is_file():
+        return committee, "scaling.json", rcp
+    return rcp_factor, ("rcp" if rcp_factor != 1.0 else None), rcp
+
+
 def score_strong(group: Group) -> Score:
     """Time to solution of a strong-scaling group, with its verdict."""
     required = required_runs(group.benchmark)
     n, ok = len(group.runs), group.converged
     dropped = n - len(ok)
-    factor = scaling_factor(group.folder)
+    factor, source, rcp = group_scaling(group)
+    scaled = {"scaling_factor": factor, "scaling_source": source, "rcp": rcp}
     if dropped > MAX_DROPPED:
         return Score(group, required, False, f"INVALID: {dropped} of {n} runs did not converge "
-                     f"(olympic scoring drops at most {MAX_DROPPED})", scaling_factor=factor)
+                     f"(olympic scoring drops at most {MAX_DROPPED})", **scaled)
     raw = olympic_mean([r.log.minutes for r in ok], dropped)
     minutes = raw * factor if raw is not None else None
     if n < required:
         verdict = (f"TOO FEW RUNS: {n} of the {required} {group.benchmark} requires "
                    "(indicative only)")
-        return Score(group, required, False, verdict, raw, factor, minutes)
+        return Score(group, required, False, verdict, raw, minutes=minutes, **scaled)
     if minutes is None:
         return Score(group, required, False, "INVALID: no run left after olympic dropping",
-                     raw, factor)
+                     raw, **scaled)
     extra = ", 1 non-converged run dropped" if dropped else ""
-    return Score(group, required, True, f"VALID: {n} runs{extra}", raw, factor, minutes)
+    if rcp is not None and rcp.startswith("FAIL"):
+        extra += " (RCP check failed: the package checker rejects it without review)"
+    return Score(group, required, True, f"VALID: {n} runs{extra}", raw, minutes=minutes,
+                 **scaled)
 
 
 def score_weak(group: Group) -> Score:
@@ -263,19 +313,21 @@ def score_line(s: Score) -> str:
         return (f"{s.number_of_models} models in {_fmt(s.minutes)} min = "
                 f"{_fmt(s.models_per_minute)} models/min (instance scale "
                 f"{s.instance_scale if s.instance_scale is not None else '-'})")
-    scaled = f" (olympic {_fmt(s.olympic_minutes, 4)} × scaling.json {s.scaling_factor:.6g})" \
-        if s.scaling_factor != 1.0 and s.olympic_minutes is not None else ""
+    scaled = ""
+    if s.scaling_factor != 1.0 and s.olympic_minutes is not None:
+        scaled = (f" (olympic {_fmt(s.olympic_minutes, 4)} × {s.scaling_source} "
+                  f"{s.scaling_factor:.6g})")
     return f"{_fmt(s.minutes, 4)} min{scaled}"
 
 
 def score_table(scores: list[Score]) -> str:
     """Markdown table: one row per group."""
-    lines = ["| system | benchmark | mode | runs | converged | score | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| system | benchmark | mode | runs | converged | score | RCP | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in scores:
         g = s.group
         lines.append(f"| {g.system} | {g.benchmark} | {g.mode} | {len(g.runs)} | "
-                     f"{len(g.converged)} | {score_line(s)} | {s.verdict} |")
+                     f"{len(g.converged)} | {score_line(s)} | {s.rcp or '-'} | {s.verdict} |")
     for s in scores:
         for run in s.group.runs:
             if not run.converged:

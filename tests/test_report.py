@@ -73,7 +73,8 @@ def test_report_of_published_logs(published_results, tmp_path):
         assert row[5] == score_line(s) and row[-1] == s.verdict
         assert (int(row[3]), int(row[4])) == (len(s.group.runs), len(s.group.converged))
     eos = next(r for r in groups if r[0] == "eos_n64_ngc23.09_pytorch")
-    assert eos[5].startswith("2.1178 min (olympic 2.0984")
+    assert eos[5] == "2.1178 min (olympic 2.0984 × rcp 1.00921)"
+    assert eos[-2] == "pass: RCP found" == scores[(eos[0], eos[1], eos[2])].rcp
     minutes = {s.group.label: sorted(f"{r.log.minutes:.4f}" for r in s.group.runs)
                for s in scores.values()}
     by_group: dict[str, list[str]] = {}

@@ -20,7 +20,7 @@ import pytest
 
 from sciperf.errors import SciperfError
 from sciperf.logs import TOKEN, parse_log
-from sciperf.score import olympic_mean, score
+from sciperf.score import olympic_mean, score, score_line
 from sciperf.throughput import throughput
 
 SCIPERF = [sys.executable, "-m", "sciperf.cli"]
@@ -33,13 +33,20 @@ def v30(published_results: Path) -> Path:
     return published_results / "v3.0"
 
 
-def summarize(org: Path, tmp: Path) -> tuple[list[dict], list[dict]]:
-    """The official summarizer's strong and weak rows for one organisation folder."""
+def summarize(org: Path, tmp: Path, passes: int = 2) -> tuple[list[dict], list[dict]]:
+    """The official summarizer's strong and weak rows for one organisation folder.
+
+    The summarizer scores a closed strong folder with the scaling.json found there, THEN runs
+    the RCP check that (re)writes it; a second pass therefore gives the official order
+    (package checker's RCP step, then the summary). It writes into `org`: never pass it a
+    shared fixture, only a copy.
+    """
     out = tmp / f"{org.name}.csv"
-    proc = subprocess.run([sys.executable, "-m", "mlperf_logging.result_summarizer", str(org),
-                           "hpc", "3.0.0", "-csv", str(out)], cwd=tmp, capture_output=True,
-                          text=True, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for _ in range(passes):
+        proc = subprocess.run([sys.executable, "-m", "mlperf_logging.result_summarizer",
+                               str(org), "hpc", "3.0.0", "-csv", str(out)], cwd=tmp,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     strong, weak = [], []
     with out.open() as f:  # the weak table is appended to the same CSV, header and all
         for row in csv.reader(f):
@@ -56,9 +63,12 @@ def system_of(row: dict) -> str:
 
 
 def test_published_scores_equal_the_result_summarizer(v30, tmp_path):
+    before = sorted(str(p.relative_to(v30)) for p in v30.rglob("*"))
     ours = {(s.group.system, s.group.benchmark, s.group.mode): s for s in score([v30])}
+    assert sorted(str(p.relative_to(v30)) for p in v30.rglob("*")) == before  # wrote nothing
+    copy = shutil.copytree(v30, tmp_path / "v3.0")  # the summarizer writes scaling.json
     compared = 0
-    for org in sorted(p for p in v30.iterdir() if p.is_dir()):
+    for org in sorted(p for p in copy.iterdir() if p.is_dir()):
         strong, weak = summarize(org, tmp_path)
         for row in strong:
             for bench in ("cosmoflow", "deepcam", "oc20", "openfold"):
@@ -77,8 +87,9 @@ def test_published_scores_equal_the_result_summarizer(v30, tmp_path):
                     compared += 1
     assert compared == len(ours) == 5  # every published group, strong and weak
     eos = ours[("eos_n64_ngc23.09_pytorch", "cosmoflow", "strong")]
-    assert eos.olympic_minutes == 2.098441666666667  # before the review's scaling.json
-    assert eos.scaling_factor == 1.009208103130755
+    assert eos.olympic_minutes == 2.098441666666667  # before the RCP normalisation
+    assert (eos.scaling_factor, eos.scaling_source) == (1.009208103130755, "rcp")
+    assert eos.minutes == 2.098441666666667 * 1.009208103130755 and eos.rcp.startswith("pass")
     weak = ours[("perlmutter_10x128x4_ngc21.09_mxnet", "cosmoflow", "weak")]
     assert (weak.number_of_models, weak.minutes) == (10, 14.70215)
     assert weak.models_per_minute == 10 / 14.70215
@@ -128,6 +139,20 @@ def strong_tree(v30: Path, root: Path, minutes: list[float], failed: set[int]) -
 
 
 MINUTES = [2.5, 2.0, 3.0, 2.25, 2.75, 4.0, 1.5, 2.2, 2.8, 3.5]
+
+
+def test_scaling_json_multiplies_the_olympic_mean_like_the_summarizer(v30, tmp_path):
+    org = strong_tree(v30, tmp_path, MINUTES, failed=set())
+    folder = org / "results/sys/strong/cosmoflow"
+    (folder / "scaling.json").write_text(json.dumps({"scaling_factor": 1.25}))
+    (s,) = score([org])
+    runs = sorted(MINUTES)
+    assert s.olympic_minutes == pytest.approx(sum(runs[1:-1]) / 8, abs=1e-9)
+    assert (s.scaling_factor, s.scaling_source) == (1.25, "scaling.json")
+    assert s.minutes == pytest.approx(s.olympic_minutes * 1.25)
+    (row,), _ = summarize(org, tmp_path, passes=1)  # its 2nd pass would use its RCP factor
+    assert s.minutes == pytest.approx(float(row["cosmoflow"]), abs=1e-9)
+    assert score_line(s).endswith(f"(olympic {s.olympic_minutes:.4f} × scaling.json 1.25)")
 
 
 def test_one_failed_run_is_the_dropped_slowest_and_matches_the_summarizer(v30, tmp_path):
