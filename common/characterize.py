@@ -3,14 +3,22 @@
 Counted from the model spec, not measured, so the numbers hold for every framework:
 
 * FLOPs per sample. Convention: the multiply-adds of the convolution and dense layers, 2
-  FLOPs each (what torch's FlopCounterMode counts; bias adds, activations, pooling, dropout
-  and the loss are left out — under 0.1 % here). Forward: Σ 2·MACs. Backward: each layer's
-  weight gradient costs its forward, and so does its input gradient — except the first
-  layer's, which nobody needs: backward = 2·forward − forward(first layer). A training
-  sample costs forward + backward; an evaluation sample its forward.
+  FLOPs each (what torch's FlopCounterMode counts; bias adds, norms, the ASPP affine,
+  activations, pooling, upsampling, dropout and the loss are left out — under 0.1 % for
+  CosmoFlow, about 0.4 % for DeepCAM at ~4 FLOPs per feature-map element).
+  A conv's multiply-adds are prod(weight shape) × its OUTPUT positions (a depthwise conv's
+  weight is c·1·k·k), a transposed conv's × its INPUT positions, as FlopCounterMode counts
+  them (padding included). Forward: Σ 2·MACs. Backward: each layer's weight gradient costs
+  its forward, and so does its input gradient — except the first layer's, which nobody
+  needs: backward = 2·forward − forward(first layer). That holds for depthwise and
+  transposed convs too (DeepCAM). FlopCounterMode agrees with it everywhere except the
+  weight gradient of a grouped conv, which its formula counts as if the conv were dense
+  (groups ignored: c × the real work for a depthwise conv); the tests show the difference
+  is exactly that and nothing else. A training sample costs forward + backward; an
+  evaluation sample its forward.
 * Bytes read per sample and per epoch: the mean size of the sample files of the data
-  format (data.dir when it holds them, e.g. gzip'ed TFRecords), else the format's
-  uncompressed payload from the spec.
+  format (data.dir when its train split holds them, e.g. gzip'ed TFRecords), else the
+  format's uncompressed payload from the spec.
 * Gradient all-reduce bytes per step and rank: ring all-reduce of fp32 gradients,
   2·(N−1)/N × 4 bytes × parameters for N ranks.
 * Arithmetic intensity: training FLOPs per byte read (I/O), and per byte all-reduced.
@@ -23,9 +31,12 @@ machine's peak; and it draws the roofline (`roofline.png`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +44,14 @@ from typing import Any
 from sciperf.errors import SciperfError
 from sciperf.logs import parse_log
 
-SUPPORTED = ("cosmoflow",)
 FP32_BYTES = 4
 
 
 @dataclass(frozen=True)
 class Layer:
-    """One counted layer: multiply-adds per sample and parameters."""
+    """One weight layer: multiply-adds per sample (0 for norms and affines, which the
+    convention does not count, but whose parameters are all-reduced all the same) and
+    trainable parameters."""
 
     name: str
     kind: str
@@ -47,7 +59,7 @@ class Layer:
     params: int
 
 
-def layers(model: Any) -> list[Layer]:
+def _cosmoflow_layers(model: Any) -> list[Layer]:
     """CosmoFlow's conv and dense layers from ModelSpec.layer_shapes(): a 'same' conv with
     stride 1 keeps the side, each block's 2× max-pool halves it."""
     out, side = [], int(model.input_size)
@@ -59,6 +71,80 @@ def layers(model: Any) -> list[Layer]:
         else:
             out.append(Layer(name, "dense", n_weights, n_weights + shape[-1]))
     return out
+
+
+def _cosmoflow_payload(model: Any) -> int:
+    """One sample uncompressed: the int16 cube and the fp32 regression targets."""
+    from sciperf.workloads.cosmoflow import TARGET_SIZE
+    return int(model.input_size) ** 3 * int(model.in_channels) * 2 + TARGET_SIZE * FP32_BYTES
+
+
+def _deepcam_layers(model: Any) -> list[Layer]:
+    """DeepCAM's weight layers (ModelSpec.layers(), forward order) with the multiply-adds
+    of each: kernel size × the spatial positions it runs over.
+
+    The table carries no resolutions, so they are walked: the downsampling factor (input /
+    feature map) is multiplied by a conv's stride and divided by a transposed conv's, which
+    counts over its input. Three layers sit off that path: a block's `_skip` 1×1 conv reads
+    the block input at the block stride (listed before the block's convs, it leaves the
+    walk where it is); gpool_conv reads the 1×1 globally pooled map; low_conv reads the
+    first block's output (the decoder's stride-4 skip connection).
+    """
+    first_block = model.blocks()[0].name
+    factor, factor_after = 1, {}  # factor_after: name prefix ("block1") → factor after it
+    out = []
+    for spec in model.layers():
+        kernel = spec.weight_shapes().get(f"{spec.name}/kernel")
+        if kernel is None:  # norm, affine
+            positions = 0
+        elif spec.name == "gpool_conv":
+            positions = 1
+        elif spec.name == "low_conv":
+            positions = _positions(model, factor_after[first_block])
+        elif spec.kind == "deconv":
+            positions = _positions(model, factor)
+            factor //= spec.stride
+        elif spec.name.endswith("_skip"):
+            positions = _positions(model, factor * spec.stride)
+        else:
+            factor *= spec.stride
+            positions = _positions(model, factor)
+        factor_after[spec.name.split("_")[0]] = factor
+        macs = positions * math.prod(kernel) if kernel else 0
+        out.append(Layer(spec.name, spec.kind, macs, spec.parameter_count()))
+    return out
+
+
+def _positions(model: Any, factor: int) -> int:
+    """Pixels of a DeepCAM feature map at `factor`× downsampling ('same' padding; the
+    input divides by the output stride 16, ModelSpec.check())."""
+    return (int(model.height) // factor) * (int(model.width) // factor)
+
+
+def _deepcam_payload(model: Any) -> int:
+    """One sample uncompressed: float32 H×W×C climate fields and uint8 H×W labels."""
+    pixels = int(model.height) * int(model.width)
+    return pixels * int(model.in_channels) * FP32_BYTES + pixels
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What characterize knows of a workload: its counted layers and one sample's
+    uncompressed payload, both from the ModelSpec; the sample files themselves are listed
+    by the workload's data module, sciperf.data.<name> (list_samples, sample_files)."""
+
+    layers: Callable[[Any], list[Layer]]
+    payload: Callable[[Any], int]
+
+
+WORKLOADS = {"cosmoflow": Workload(_cosmoflow_layers, _cosmoflow_payload),
+             "deepcam": Workload(_deepcam_layers, _deepcam_payload)}
+SUPPORTED = tuple(WORKLOADS)
+
+
+def layers(model: Any) -> list[Layer]:
+    """The layers of a ModelSpec, by the workload whose spec module defines it."""
+    return WORKLOADS[sys.modules[type(model).__module__].NAME].layers(model)
 
 
 @dataclass
@@ -85,8 +171,7 @@ def count_flops(model: Any) -> Counts:
 
 def bytes_per_sample(cfg: Any) -> tuple[float, str]:
     """Mean bytes of one training sample's files, and where the number comes from."""
-    from sciperf.data import cosmoflow as data
-    from sciperf.workloads import get_spec
+    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
     folder = Path(str(cfg.data.dir))
     if (folder / "train").is_dir():
         try:
@@ -97,9 +182,7 @@ def bytes_per_sample(cfg: Any) -> tuple[float, str]:
             sizes = [sum(f.stat().st_size for f in data.sample_files(p, cfg.data.format))
                      for p in files]
             return sum(sizes) / len(sizes), f"mean of {len(files)} files in {folder}/train"
-    spec = get_spec(cfg.benchmark)
-    side, channels = int(cfg.model.input_size), int(cfg.model.in_channels)
-    payload = side**3 * channels * 2 + spec.TARGET_SIZE * FP32_BYTES  # int16 cube + labels
+    payload = WORKLOADS[cfg.benchmark].payload(_model_spec(cfg))
     return float(payload), f"{cfg.data.format} payload, uncompressed (no files in data.dir)"
 
 
@@ -159,8 +242,9 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "workload": cfg.benchmark, "framework": cfg.framework.name,
         "experiment": cfg.experiment, "system": cfg.system.name,
-        "convention": "conv+dense multiply-adds × 2; backward = 2×forward − forward(first "
-                      "layer, no input gradient); bias/activation/pool/loss not counted",
+        "convention": "conv/deconv/dense multiply-adds × 2; backward = 2×forward − "
+                      "forward(first layer, no input gradient); bias/norm/activation/pool/"
+                      "loss not counted",
         "layers": [asdict(layer) for layer in layers(_model_spec(cfg))],
         "parameters": counts.params,
         "flops_per_sample": {"forward": counts.forward, "backward": counts.backward,

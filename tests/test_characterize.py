@@ -1,5 +1,6 @@
-"""`sciperf characterize`: counted FLOPs agree with torch's own FLOP counter; bytes, all-reduce
-volume and a measured run's achieved rates follow from real files and a real run."""
+"""`sciperf characterize`: counted FLOPs agree with torch's own FLOP counter (CosmoFlow and
+DeepCAM); bytes, all-reduce volume and a measured run's achieved rates follow from real files
+and a real run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from matplotlib.image import imread
 
-from sciperf.characterize import allreduce_bytes, characterize, count_flops, load_run
+from sciperf.characterize import allreduce_bytes, characterize, count_flops, layers, load_run
 from sciperf.config import compose
 from sciperf.errors import SciperfError
+from sciperf.workloads import deepcam
 from sciperf.workloads.cosmoflow import FULL_PARAMETER_COUNT, ModelSpec
 
 BIN = Path(sys.executable).parent
@@ -26,22 +29,62 @@ def mini_spec() -> ModelSpec:
     return ModelSpec(**dict(cfg.model))
 
 
-def torch_counts(spec: ModelSpec, batch: int, backward: bool) -> int:
-    """Total FLOPs torch's FlopCounterMode counts for the PyTorch model (meta tensors: the
+def deepcam_spec(experiment: str) -> deepcam.ModelSpec:
+    return deepcam.ModelSpec(**dict(compose(["workload=deepcam",
+                                             f"experiment={experiment}"]).model))
+
+
+def torch_net(spec: ModelSpec | deepcam.ModelSpec, batch: int) -> tuple[Any, Any]:
+    """The PyTorch model of a spec and a zero input batch, both on the meta device (the
     counter works from shapes, nothing is computed)."""
     torch = pytest.importorskip("torch")
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from sciperf_pytorch.models.cosmoflow import CosmoFlow
     with torch.device("meta"):
-        model = CosmoFlow(spec)
-        x = torch.zeros(batch, spec.in_channels, *(spec.input_size,) * 3)
-    counter = FlopCounterMode(display=False)
+        if isinstance(spec, deepcam.ModelSpec):
+            from sciperf_pytorch.models.deepcam import DeepCam
+            return DeepCam(spec), torch.zeros(batch, spec.in_channels, spec.height, spec.width)
+        from sciperf_pytorch.models.cosmoflow import CosmoFlow
+        return CosmoFlow(spec), torch.zeros(batch, spec.in_channels, *(spec.input_size,) * 3)
+
+
+def torch_counts(spec: ModelSpec | deepcam.ModelSpec, batch: int, backward: bool,
+                 custom: dict[Any, Any] | None = None) -> int:
+    """Total FLOPs torch's FlopCounterMode counts for the PyTorch model (`custom`: formulas
+    replacing torch's own for some ops)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    model, x = torch_net(spec, batch)
+    counter = FlopCounterMode(display=False, custom_mapping=custom)
     with counter:
         y = model(x)
         if backward:
             y.sum().backward()
     return counter.get_total_flops()
+
+
+def conv_backward_by_groups(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding,
+                            _dilation, transposed, _output_padding, _groups, output_mask,
+                            out_shape=None, **_) -> int:
+    """torch's convolution_backward formula with the weight gradient counted per group:
+    each gradient autograd asks for costs one forward of the conv (torch's own grad-input
+    term is exactly that; its grad-weight term treats a grouped conv as dense)."""
+    from torch.utils.flop_counter import conv_flop_count
+    forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed)
+    return forward * (int(output_mask[0]) + int(output_mask[1]))
+
+
+def torch_ignores_groups_in_weight_grad() -> bool:
+    """torch ≤ 2.13 counts a depthwise conv's weight gradient c× (groups ignored); a later
+    torch may divide by the groups. Probed on one depthwise conv."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    with torch.device("meta"):
+        conv = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False)
+        x = torch.zeros(1, 4, 8, 8, requires_grad=True)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        conv(x).sum().backward()
+    forward = 2 * 4 * 9 * 64
+    assert counter.get_total_flops() in (3 * forward, 6 * forward)  # per group or dense
+    return counter.get_total_flops() == 6 * forward
 
 
 @pytest.mark.parametrize("spec", [mini_spec(), ModelSpec()], ids=["mini", "full"])
@@ -67,6 +110,68 @@ def test_full_model_numbers():
     assert counts.forward == 68_862_099_968
 
 
+# DeepCAM, counted here (exact integers per sample) and confirmed by FlopCounterMode: the
+# full model's forward also on a real CPU run at 768×1152, batch 1 (655,337,666,560).
+DEEPCAM = {"mini": {"forward": 209_383_680, "train": 620_188_416, "params": 419_960},
+           "full": {"forward": 655_337_666_560, "train": 1_963_974_567_936,
+                    "params": deepcam.FULL_PARAMETER_COUNT}}
+
+
+@pytest.mark.parametrize("experiment", ["mini", "full"])
+def test_deepcam_counts_equal_torch_flop_counter(experiment):
+    """Forward: exactly FlopCounterMode's. Backward: every layer but conv1 needs its input
+    gradient (autograd's output_mask says which), each gradient costs one forward."""
+    spec = deepcam_spec(experiment)
+    counts = count_flops(spec)
+    assert counts.forward * 2 == torch_counts(spec, batch=2, backward=False)
+    exact = {torch_aten().convolution_backward: conv_backward_by_groups}
+    assert counts.train * 2 == torch_counts(spec, batch=2, backward=True, custom=exact)
+    assert counts.backward == 2 * counts.forward - counts.first_layer_forward
+    assert counts.params == spec.parameter_count()
+    want = DEEPCAM[experiment]
+    assert (counts.forward, counts.train, counts.params) == (
+        want["forward"], want["train"], want["params"])
+
+
+def test_deepcam_torch_overcount_is_only_the_depthwise_weight_gradient():
+    """Unmodified FlopCounterMode differs from the count by exactly (c − 1)× the forward of
+    every depthwise conv (its weight gradient counted as a dense c→c conv), where this
+    torch has that formula, else not at all."""
+    spec = deepcam_spec("mini")
+    table = {layer.name: layer.cin for layer in spec.layers()}
+    depthwise = [(layer.macs, table[layer.name]) for layer in layers(spec)
+                 if layer.kind == "depthwise"]
+    assert len(depthwise) == 3 * 3 + 2 * 3 + 3 + 3  # entry 3×3, middle 2×3, exit 3, conv3-5
+    over = sum(2 * macs * (channels - 1) for macs, channels in depthwise)
+    got = torch_counts(spec, batch=1, backward=True)
+    assert got == count_flops(spec).train + (over if torch_ignores_groups_in_weight_grad()
+                                             else 0)
+
+
+def test_deepcam_layer_resolutions():
+    """Output stride 16 walked through the table: conv1 at H/2, the skip of a strided
+    block at its output size, ASPP at H/16, the image-pooling conv on 1×1, low_conv on
+    block1's output (H/4), transposed convs over their input."""
+    spec = deepcam_spec("full")
+    macs = {layer.name: layer.macs for layer in layers(spec)}
+    pixels = 768 * 1152
+    assert macs["conv1"] == pixels // 4 * 9 * 16 * 32
+    assert macs["block1_skip"] == pixels // 16 * 64 * 128
+    assert macs["block3_sep3_depthwise"] == pixels // 256 * 9 * 728  # stride 2: H/16
+    assert macs["aspp2"] == pixels // 256 * 9 * 2048 * 256
+    assert macs["gpool_conv"] == 2048 * 256
+    assert macs["low_conv"] == pixels // 16 * 128 * 48
+    assert macs["deconv1a"] == pixels // 256 * 9 * 256 * 256  # input H/16
+    assert macs["dec_conv1"] == pixels // 16 * 9 * (256 + 48) * 256
+    assert macs["last_deconv"] == pixels // 4 * 9 * 256 * 3  # input H/2
+    assert macs["bn1"] == 0 and sum(1 for m in macs.values() if m) == sum(
+        1 for layer in spec.layers() if layer.kind not in ("norm", "affine"))
+
+
+def torch_aten() -> Any:
+    return pytest.importorskip("torch").ops.aten
+
+
 def test_allreduce_ring_volume():
     assert allreduce_bytes(1000, 1) == 0.0
     assert allreduce_bytes(1000, 2) == 4000.0  # 2·(1/2)·4·P
@@ -86,6 +191,45 @@ def test_characterize_without_data_uses_the_format_payload(tmp_path):
         2 * (ranks - 1) / ranks * 4 * FULL_PARAMETER_COUNT)
     assert result["io_intensity_flop_per_byte"] == pytest.approx(
         result["flops_per_sample"]["train"] / result["bytes_per_sample"])
+
+
+def test_characterize_deepcam_payload_without_data(tmp_path):
+    """Full DeepCAM with no files: float32 768×1152×16 fields + uint8 labels per sample."""
+    cfg = compose(["workload=deepcam", "experiment=full", f"data.dir={tmp_path}"])
+    result = characterize(cfg)
+    assert result["bytes_per_sample"] == 768 * 1152 * 16 * 4 + 768 * 1152  # 57,507,840
+    assert "uncompressed" in result["bytes_source"]
+    assert result["bytes_per_epoch"] == result["bytes_per_sample"] * 121_266
+    assert result["flops_per_sample"]["train"] == DEEPCAM["full"]["train"]
+    assert result["parameters"] == deepcam.FULL_PARAMETER_COUNT
+
+
+def test_cli_characterize_deepcam_reads_the_sample_files(tmp_path):
+    """The real command on a prepared mini dataset (npy: data + label file per sample),
+    under both frameworks: the counts do not depend on the framework."""
+    data = tmp_path / "data"
+    proc = subprocess.run([str(BIN / "sciperf"), "prepare", "workload=deepcam",
+                           f"data.dir={data}", "data.train_samples=4", "data.eval_samples=2"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    sizes = [p.stat().st_size + p.with_name(p.name.replace(".data.", ".label.")).stat().st_size
+             for p in (data / "train").glob("*.data.npy")]
+    assert len(sizes) == 4
+    printed = {}
+    for framework in ("pytorch", "tensorflow"):
+        out = tmp_path / framework
+        proc = subprocess.run([str(BIN / "sciperf"), "characterize", "workload=deepcam",
+                               f"framework={framework}", f"data.dir={data}", "--out", str(out)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "deepcam / mini" in proc.stdout and "209.384 MFLOP" in proc.stdout
+        result = json.loads((out / "characterize.json").read_text())
+        assert result["framework"] == framework
+        assert result["bytes_per_sample"] == sum(sizes) / len(sizes)
+        assert result["bytes_per_sample"] > 96 * 144 * 17  # the labels' file is counted
+        assert result["flops_per_sample"]["train"] == DEEPCAM["mini"]["train"]
+        printed[framework] = {k: v for k, v in result.items() if k != "framework"}
+    assert printed["pytorch"] == printed["tensorflow"]
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +283,16 @@ def test_errors(tmp_path):
     proc = subprocess.run([str(BIN / "sciperf"), "characterize", f"run={tmp_path}"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "no summary.json" in proc.stderr
+    proc = subprocess.run([str(BIN / "sciperf"), "characterize", "workload=oc20"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "oc20" in proc.stderr
+
+
+def test_workload_without_a_layer_table_is_one_clear_error():
+    """A workload the registry knows but characterize does not count yet (simulated: the
+    two existing workloads are both counted) fails naming what is counted."""
+    cfg = compose(["workload=deepcam"])
+    cfg.benchmark = "oc20"
+    with pytest.raises(SciperfError, match=r"counts cosmoflow, deepcam only.*workload=oc20"):
+        characterize(cfg)
