@@ -23,7 +23,7 @@ from typing import Any
 from sciperf import __version__
 from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
-from sciperf.data.sharding import check_divisibility, local_batch_size, shard
+from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
 from sciperf.distributed import RankInfo, discover, split_instances
 from sciperf.errors import SciperfError
@@ -68,23 +68,45 @@ class RunState:
     image: dict[str, Any] | None = None  # the container image's version record, if any
 
 
-def resolve_files(cfg: Any, info: RankInfo) -> tuple[list[Path], list[Path], int]:
-    """This rank's train/eval files and local batch, after the divisibility checks.
+@dataclass(frozen=True)
+class FilePlan:
+    """This rank's files, its batch, and the dataset sizes the MLLOG header reports."""
+
+    train: list[Path]
+    evals: list[Path]
+    local_batch: int
+    train_samples: int  # the whole training set (every rank's share together)
+    eval_samples: int
+
+
+def resolve_files(cfg: Any, info: RankInfo, spec: Any) -> FilePlan:
+    """This rank's train/eval files and local batch, after the workload's sharding checks.
 
     Unstaged: the strided shard `rank` of `world` of the shared files. Staged: the node's
-    strided share, then the local rank's (SPEC.md) — the files this rank stages.
+    strided share, then the local rank's (SPEC.md) — the files this rank stages. With the
+    workload's UNEVEN_SHARDS (DeepCAM) every rank keeps ⌊n/world⌋ training files, so all
+    run the same number of steps, and validation shards may differ by one file.
     """
     world = info.world
     local_batch = local_batch_size(cfg.train.global_batch_size, world)
     data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
     train = data.list_samples(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
     evals = data.list_samples(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
-    check_divisibility(len(train), world, local_batch, "data.train_samples")
-    check_divisibility(len(evals), world, local_batch, "data.eval_samples")
+    uneven = bool(getattr(spec, "UNEVEN_SHARDS", False))
+    if uneven:
+        check_uneven(len(train), world, local_batch, "data.train_samples", full_batches=True)
+        check_uneven(len(evals), world, local_batch, "data.eval_samples", full_batches=False)
+    else:
+        check_divisibility(len(train), world, local_batch, "data.train_samples")
+        check_divisibility(len(evals), world, local_batch, "data.eval_samples")
     if cfg.data.stage_dir:
         share = (info.node, info.nodes, info.local_rank, info.local_size)
-        return rank_share(train, *share), rank_share(evals, *share), local_batch
-    return shard(train, info.rank, world), shard(evals, info.rank, world), local_batch
+        mine_train, mine_eval = rank_share(train, *share), rank_share(evals, *share)
+    else:
+        mine_train, mine_eval = shard(train, info.rank, world), shard(evals, info.rank, world)
+    if uneven:  # every share holds at least ⌊n/world⌋ files; the rest is not trained on
+        mine_train = mine_train[:len(train) // world]
+    return FilePlan(mine_train, mine_eval, local_batch, len(train), len(evals))
 
 
 def stage(cfg: Any, info: RankInfo, files: list[list[Path]],
@@ -132,18 +154,18 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     state, backend, run_start = RunState(world=world, image=image), None, None
     try:
         backend = load_backend(cfg.framework.name, cfg.benchmark)
-        train_files, eval_files, local_batch = resolve_files(cfg, info)
-        n_train, n_eval = len(train_files) * world, len(eval_files) * world
-        mll.hyperparameters(spec.mllog_hyperparameters(cfg, n_train, n_eval))
+        plan = resolve_files(cfg, info, spec)
+        mll.hyperparameters(spec.mllog_hyperparameters(cfg, plan.train_samples,
+                                                       plan.eval_samples))
         mll.event("seed", int(cfg.seed))
         staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
         if staged_in_run:  # hpc <= 2.0: staging is part of the timed run
             mll.end("init_stop")
             run_start = time.time()
             mll.start("run_start")
-        (train_files, eval_files), state.staging = stage(cfg, info, [train_files, eval_files],
+        (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
                                                          mll)
-        backend.setup(RunContext(cfg, spec, train_files, eval_files, local_batch, info))
+        backend.setup(RunContext(cfg, spec, train_files, eval_files, plan.local_batch, info))
         if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
             mll.end("init_stop")
         backend.barrier()

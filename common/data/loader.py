@@ -28,23 +28,36 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0x5C1]).permutation(n)
 
 
-class BatchLoader:
-    """Yields (x, y) numpy batches of one shard, `batch_size` each, dropping no sample.
+REMAINDERS = ("error", "drop", "keep")
 
-    The sample count must divide by the batch size (checked by the caller against the
-    reference divisibility rule), so every rank runs the same number of steps.
-    """
+
+def batch_sizes(n: int, batch_size: int, remainder: str) -> list[int]:
+    """Sizes of the batches `n` samples make. remainder: `error` — n must divide (CosmoFlow's
+    reference rule: every rank the same full batches), `drop` — the last partial batch is
+    left out (DeepCAM training, the reference's drop_last), `keep` — it is a smaller last
+    batch (DeepCAM validation: every sample evaluated exactly once)."""
+    if remainder not in REMAINDERS:
+        raise ValueError(f"remainder={remainder!r} is not one of {', '.join(REMAINDERS)}")
+    full, rest = divmod(n, batch_size)
+    if rest and remainder == "error":
+        raise ValueError(f"{n} files do not divide into batches of {batch_size}")
+    return [batch_size] * full + ([rest] if rest and remainder == "keep" else [])
+
+
+class BatchLoader:
+    """Yields (x, y) numpy batches of one shard, `batch_size` each (see `batch_sizes` for
+    what happens to a remainder)."""
 
     def __init__(self, files: Sequence[Path], read: ReadFn, batch_size: int, seed: int = 0,
-                 shuffle: bool = True, prefetch: int = 4, workers: int = 2):
-        if len(files) % batch_size:
-            raise ValueError(f"{len(files)} files do not divide into batches of {batch_size}")
+                 shuffle: bool = True, prefetch: int = 4, workers: int = 2,
+                 remainder: str = "error"):
+        self.sizes = batch_sizes(len(files), batch_size, remainder)
         self.files, self.read, self.batch_size = list(files), read, batch_size
         self.seed, self.shuffle = seed, shuffle
         self.prefetch, self.workers = max(prefetch, 1), max(workers, 1)
 
     def __len__(self) -> int:
-        return len(self.files) // self.batch_size
+        return len(self.sizes)
 
     def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Batches of `epoch` in its shuffled order; stops the reader if abandoned early."""
@@ -78,9 +91,9 @@ class BatchLoader:
             try:
                 pending: deque[Future] = deque(
                     pool.submit(self.read, p) for p in itertools.islice(paths, window))
-                for _ in range(len(self)):
+                for size in self.sizes:
                     batch = []
-                    for _ in range(self.batch_size):
+                    for _ in range(size):
                         if stop.is_set():
                             return
                         batch.append(pending.popleft().result())

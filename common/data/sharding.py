@@ -1,4 +1,8 @@
-"""Which files a rank reads, and the reference's divisibility rule, checked up front."""
+"""Which files a rank reads, and the reference's divisibility rules, checked up front.
+
+CosmoFlow's reference needs every sample count to divide into ranks × local batch. DeepCAM's
+reference shards unevenly instead: training drops what does not fill a batch on every rank,
+validation evaluates every sample once on shards that differ by at most one sample."""
 
 from __future__ import annotations
 
@@ -28,6 +32,17 @@ def check_divisibility(n_samples: int, world: int, local_batch: int, what: str) 
             f"{what}={n_samples} must be a positive multiple of ranks × local batch = "
             f"{world} × {local_batch} = {unit} (every rank runs the same number of full batches)"
         )
+
+
+def check_uneven(n_samples: int, world: int, local_batch: int, what: str,
+                 full_batches: bool) -> None:
+    """DeepCAM's looser rule: training needs one full global batch (the remainder is
+    dropped), validation one sample per rank at most uneven (shards differ by one)."""
+    need = world * local_batch if full_batches else 1
+    if n_samples < need:
+        unit = f"ranks × local batch = {world} × {local_batch} = {need}" if full_batches \
+            else "1"
+        raise SciperfError(f"{what}={n_samples} is too small: at least {unit} sample(s) needed")
 
 
 def local_batch_size(global_batch: int, world: int) -> int:

@@ -27,6 +27,9 @@ RUNS_FOR_SCORE = 5
 
 TRAIN_SAMPLES = 121_266  # fixed by the rules (closed_deepcam.yaml checks them)
 EVAL_SAMPLES = 15_158
+# The reference shards unevenly (neither count divides by usual scales): each rank trains
+# on ⌊n/ranks⌋ samples in full batches only, and validation shards differ by one sample.
+UNEVEN_SHARDS = True
 SAMPLE_SHAPE = (768, 1152, 16)  # H, W, C float32 per sample (climate/data)
 NUM_CLASSES = 3  # 0 background, 1 tropical cyclone, 2 atmospheric river
 CLASS_NAMES = ("background", "tropical_cyclone", "atmospheric_river")

@@ -30,11 +30,12 @@ from sciperf_pytorch.optim import deepcam_optimizer
 
 
 def make_loader(files: list[Path], root: str, fmt: str, model: spec.ModelSpec, batch: int,
-                seed: int, shuffle: bool, prefetch: int) -> BatchLoader:
+                seed: int, shuffle: bool, prefetch: int, remainder: str) -> BatchLoader:
     """The common prefetching loader over one format, normalised by `root`/stats.h5."""
     shape = (model.height, model.width, model.in_channels)
     reader = dc_data.make_reader(root, fmt, shape)
-    return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch)
+    return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch,
+                       remainder=remainder)
 
 
 def to_device(x_np: np.ndarray, y_np: np.ndarray,
@@ -103,9 +104,11 @@ class DeepCamBackend(TorchBackendBase):
         self.opt_step = 0  # optimizer steps taken: the LR schedule's position
         common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
                       batch=ctx.local_batch, prefetch=cfg.data.prefetch)
+        # the reference's rules: training in full batches, every validation sample once
         self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
-                                        shuffle=cfg.data.shuffle, **common)
-        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False, **common)
+                                        shuffle=cfg.data.shuffle, remainder="drop", **common)
+        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False,
+                                       remainder="keep", **common)
 
     def parameter_count(self) -> int:
         """Trainable parameters (56,454,720 for the full model)."""

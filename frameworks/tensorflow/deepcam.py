@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from sciperf.backends import EpochResult, RunContext
 from sciperf.data import deepcam as dc_data
-from sciperf.data.loader import epoch_order
+from sciperf.data.loader import batch_sizes, epoch_order
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf.workloads import deepcam as spec
@@ -34,7 +34,8 @@ from sciperf_tensorflow.optim import AdamFamily
 
 @dataclass
 class DatasetLoader:
-    """The ``tf.data.Dataset`` of one epoch of one shard; full batches only."""
+    """The ``tf.data.Dataset`` of one epoch of one shard (`remainder`: what becomes of a
+    last partial batch, as the common loader's ``batch_sizes``)."""
 
     files: list[Path]
     reader: dc_data.SampleReader
@@ -42,15 +43,14 @@ class DatasetLoader:
     seed: int = 0
     shuffle: bool = True
     prefetch: int = 4
+    remainder: str = "error"
     errors: list[str] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if len(self.files) % self.batch_size:
-            raise ValueError(f"{len(self.files)} files do not divide into batches of "
-                             f"{self.batch_size}")
+        self.sizes = batch_sizes(len(self.files), self.batch_size, self.remainder)
 
     def __len__(self) -> int:
-        return len(self.files) // self.batch_size
+        return len(self.sizes)
 
     def _read_batch(self, paths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One batch, normalised; a bad file is recorded (raised by `batches`) instead of
@@ -68,8 +68,9 @@ class DatasetLoader:
     def _load(self, paths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         x, y = tf.numpy_function(self._read_batch, [paths], (tf.float32, tf.uint8),
                                  stateful=False)
-        x.set_shape((self.batch_size, *self.reader.shape))
-        y.set_shape((self.batch_size, *self.reader.shape[:2]))
+        n = self.batch_size if self.remainder != "keep" else None  # a smaller last batch
+        x.set_shape((n, *self.reader.shape))
+        y.set_shape((n, *self.reader.shape[:2]))
         return x, tf.cast(y, tf.int32)
 
     def epoch(self, epoch: int) -> tf.data.Dataset:
@@ -79,17 +80,17 @@ class DatasetLoader:
         paths = [str(self.files[i]) for i in order]
         depth = self.prefetch if self.prefetch > 0 else tf.data.AUTOTUNE
         return (tf.data.Dataset.from_tensor_slices(paths)
-                .batch(self.batch_size, drop_remainder=True)
+                .batch(self.batch_size, drop_remainder=self.remainder != "keep")
                 .map(self._load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
                 .prefetch(depth))
 
 
 def make_loader(files: list[Path], root: str, fmt: str, model: spec.ModelSpec, batch: int,
-                seed: int, shuffle: bool, prefetch: int) -> DatasetLoader:
+                seed: int, shuffle: bool, prefetch: int, remainder: str) -> DatasetLoader:
     """The tf.data loader over one format, normalised by `root`/stats.h5."""
     reader = dc_data.make_reader(root, fmt, (model.height, model.width, model.in_channels))
     return DatasetLoader(list(files), reader, batch, seed=seed, shuffle=shuffle,
-                         prefetch=prefetch)
+                         prefetch=prefetch, remainder=remainder)
 
 
 def batches(loader: DatasetLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
@@ -161,8 +162,9 @@ class DeepCamBackend(TFBackendBase):
         common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
                       batch=ctx.local_batch, prefetch=cfg.data.prefetch)
         self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
-                                        shuffle=cfg.data.shuffle, **common)
-        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False, **common)
+                                        shuffle=cfg.data.shuffle, remainder="drop", **common)
+        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False,
+                                       remainder="keep", **common)
 
     def parameter_count(self) -> int:
         """Trainable parameters (56,454,720 for the full model)."""
