@@ -44,6 +44,7 @@ class DataConfig:
     stage_dir: str | None = "${system.stage_dir}"  # node-local copy before training (null: off)
     stage_workers: int = 4  # concurrent copies per rank
     stage_verify: str = "size"  # size | checksum (CRC-32 of source bytes vs the copy)
+    prepare_workers: int = 4  # threads per rank reading samples in `sciperf prepare`
 
 
 @dataclass

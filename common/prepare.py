@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from sciperf.data import synthetic
 from sciperf.data.cosmoflow import list_samples
+from sciperf.distributed import discover
 from sciperf.errors import SciperfError
 
 SOURCES = ("synthetic", "existing")
-DEEPCAM_SOURCES = ("synthetic", "existing", "convert")
+DEEPCAM_SOURCES = ("synthetic", "existing", "convert", "stats")
 
 
 def _request(cfg: Any) -> synthetic.GenerateRequest:
@@ -54,8 +56,14 @@ def prepare_deepcam(cfg: Any, force: bool = False) -> None:
         raise SciperfError(f"data.source={source} is not one of {', '.join(DEEPCAM_SOURCES)}")
     if source == "convert":
         _check_writable(root)
-        count = dc.convert(root)
-        print(f"converted {count} hdf5 samples to npy under {root} (stats: {dc.stats_path(root)})")
+        info = discover()
+        count = dc.convert(root, rank=info.rank, world=info.world)
+        share = f" (rank {info.rank}'s share of {info.world})" if info.world > 1 else ""
+        print(f"converted {count} hdf5 samples to npy under {root}{share} "
+              f"(stats: {dc.stats_path(root)})")
+        return
+    if source == "stats":
+        _stats(cfg, root)
         return
     if source == "existing":
         _verify_deepcam(cfg)
@@ -73,6 +81,23 @@ def prepare_deepcam(cfg: Any, force: bool = False) -> None:
     shares = ", ".join(f"{k} {v:.5f}" for k, v in freq.items())
     print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} climate samples "
           f"({req.height}×{req.width}×16) and stats.h5 to {req.root}; train classes: {shares}")
+
+
+def _stats(cfg: Any, root: Path) -> None:
+    """stats.h5 over an existing train split (e.g. a dataset that came without one), each
+    rank of a launched `sciperf prepare` reading its share."""
+    from sciperf.data import deepcam as dc
+
+    _check_writable(root)
+    info = discover()
+    start = time.perf_counter()
+    path = dc.parallel_stats(root, cfg.data.format, int(cfg.data.train_samples), info.rank,
+                             info.world, workers=int(cfg.data.prepare_workers),
+                             timeout_s=float(cfg.distributed.timeout_s))
+    if path is not None:
+        n = len(dc.list_samples(root, "train", cfg.data.format, int(cfg.data.train_samples)))
+        print(f"wrote {path} over {n} {cfg.data.format} train samples with {info.world} "
+              f"rank(s) in {time.perf_counter() - start:.1f} s")
 
 
 def _verify_deepcam(cfg: Any) -> None:

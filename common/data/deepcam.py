@@ -17,7 +17,9 @@ framework adapters turn them into NCHW-with-channels-last-memory or NHWC tensors
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,8 @@ import h5py
 import numpy as np
 
 from sciperf.data import npy
+from sciperf.data.partials import files_digest, gather, write_part
+from sciperf.data.sharding import shard
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads import deepcam as spec
@@ -144,19 +148,73 @@ class StatsAccumulator:
         return {"minval": self.minval, "maxval": self.maxval, "mean": self.total / n,
                 "sqmean": self.squares / n, "count": np.full_like(self.total, n)}
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state as arrays (a rank's part for `from_arrays` on rank 0)."""
+        if self.count == 0:
+            return {"count": np.array(0)}
+        return {"minval": self.minval, "maxval": self.maxval, "total": self.total,
+                "squares": self.squares, "count": np.array(self.count)}
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> StatsAccumulator:
+        """Inverse of `arrays`."""
+        if int(a["count"]) == 0:
+            return cls()
+        return cls(a["minval"], a["maxval"], a["total"], a["squares"], int(a["count"]))
+
+
+def accumulate(files: Sequence[Path], fmt: str, workers: int = 4,
+               bar: Progress | None = None) -> StatsAccumulator:
+    """Statistics of raw samples, `workers` files read at a time (numpy reads release the
+    GIL), folded in file order so the sums do not depend on thread timing."""
+    acc = StatsAccumulator()
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="sciperf-stats") as pool:
+        for x in pool.map(lambda p: read_raw(p, fmt)[0], files):
+            acc.add(x)
+            if bar is not None:
+                bar.update()
+    return acc
+
 
 def compute_stats(files: Iterable[Path], fmt: str, total: int | None = None,
-                  show_progress: bool = True) -> dict[str, np.ndarray]:
+                  show_progress: bool = True, workers: int = 4) -> dict[str, np.ndarray]:
     """Statistics of raw (unnormalised) data over `files` (the train split)."""
-    acc = StatsAccumulator()
     files = list(files)
     bar = Progress(total or len(files), "computing stats.h5", enabled=show_progress)
-    for path in files:
-        acc.add(read_raw(path, fmt)[0])
-        bar.update()
+    acc = accumulate(files, fmt, workers, bar)
     if acc.count == 0:
         raise SciperfError("no training samples to compute statistics from")
     return acc.result()
+
+
+def parallel_stats(root: str | Path, fmt: str, n: int, rank: int, world: int,
+                   workers: int = 4, timeout_s: float = 3600.0,
+                   show_progress: bool = True) -> Path | None:
+    """stats.h5 over the train split with every rank reading its strided share; rank 0
+    merges the parts (through the data directory) and writes the file, others return None.
+    One rank writes it at once, so a launched job gives the single-process result. Rank 0
+    waits for the others as long as its own equal share took, plus `timeout_s`."""
+    root = Path(root)
+    files = list_samples(root, "train", fmt, n)
+    mine = shard(files, rank, world)
+    bar = Progress(len(mine), f"computing stats.h5 (rank {rank}/{world})",
+                   enabled=show_progress and rank == 0)
+    start = time.monotonic()
+    acc = accumulate(mine, fmt, workers, bar)
+    timeout_s += time.monotonic() - start
+    if world > 1:
+        folder = root / ".stats-parts"
+        write_part(folder, rank, world, acc.arrays(), files_digest(mine))
+        if rank != 0:
+            return None
+        parts = gather(folder, world, lambda r: files_digest(shard(files, r, world)),
+                       timeout_s, "computing stats.h5")
+        acc = StatsAccumulator()
+        for part in parts:
+            acc.merge(StatsAccumulator.from_arrays(part))
+    if acc.count == 0:
+        raise SciperfError("no training samples to compute statistics from")
+    return write_stats(stats_path(root), acc.result())
 
 
 def write_stats(path: str | Path, stats: dict[str, np.ndarray]) -> Path:
@@ -267,16 +325,19 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def convert(root: str | Path, show_progress: bool = True) -> int:
-    """hdf5 → npy beside each sample (`sciperf prepare data.source=convert`); returns the
-    count. Files already converted (npy newer than the hdf5) are skipped."""
+def convert(root: str | Path, show_progress: bool = True, rank: int = 0,
+            world: int = 1) -> int:
+    """hdf5 → npy beside each sample (`sciperf prepare data.source=convert`); returns how
+    many this rank handled (its strided share when launched as `world` ranks). Files
+    already converted (npy newer than the hdf5) are skipped."""
     root = Path(root)
     pairs = []
     for split in spec.SPLITS:
         for src in list_samples(root, split, "hdf5"):
             dst = src.with_name(src.name[: -len(SUFFIX["hdf5"])] + SUFFIX["npy"])
             pairs.append((src, dst))
-    bar = Progress(len(pairs), "converting hdf5 → npy", enabled=show_progress)
+    pairs = shard(pairs, rank, world)
+    bar = Progress(len(pairs), "converting hdf5 → npy", enabled=show_progress and rank == 0)
     for src, dst in pairs:
         if not (dst.is_file() and label_path(dst).is_file()
                 and dst.stat().st_mtime >= src.stat().st_mtime):
