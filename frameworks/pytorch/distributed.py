@@ -59,13 +59,16 @@ class Comm:
             self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model
 
-    def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
-                       model: torch.nn.Module) -> torch.optim.Optimizer:
-        """Horovod averages gradients inside the optimizer; DDP already did in backward."""
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                       backward_passes: int = 1) -> torch.optim.Optimizer:
+        """Horovod averages gradients inside the optimizer; DDP already did in backward.
+        Under gradient accumulation Horovod sums `backward_passes` local backward passes
+        and all-reduces once per optimizer step."""
         if self.hvd is None:
             return optimizer
         wrapped = self.hvd.DistributedOptimizer(optimizer,
-                                                named_parameters=model.named_parameters())
+                                                named_parameters=model.named_parameters(),
+                                                backward_passes_per_step=backward_passes)
         self.hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         return wrapped
 
