@@ -142,9 +142,15 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     cfg = instance_config(cfg, info)
     rank, world = info.rank, info.world
     image = image_info()  # a bad $SCIPERF_IMAGE_INFO fails here, before anything is written
+    spec = get_spec(cfg.benchmark)
+    check_run = getattr(spec, "check_run", None)
+    if check_run is not None:  # rules a finished log would fail: refused before it starts
+        try:
+            check_run(cfg)
+        except ValueError as exc:
+            raise SciperfError(str(exc)) from None
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    spec = get_spec(cfg.benchmark)
     mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
                    instance=info.instance if info.instances > 1 else None)
     t0 = time.time()

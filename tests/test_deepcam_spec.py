@@ -123,3 +123,22 @@ def test_closed_checker_rejects_wrong_sample_counts_and_low_iou(tmp_path: Path) 
     cfg = compose(["workload=deepcam", "experiment=full", "seed=1"])
     verdict = check_log(_header_log(tmp_path / "b.txt", cfg, [0.5, 0.81]))
     assert not verdict.ok and any("eval_accuracy" in p for p in verdict.problems)
+
+
+def test_closed_run_with_seed_zero_is_refused_before_anything_is_written(tmp_path):
+    import subprocess
+    import sys
+    closed = compose(["workload=deepcam", "experiment=mini", "system.submission_division=closed"])
+    with pytest.raises(ValueError, match="closed DeepCAM requires seed > 0"):
+        dc.check_run(closed)
+    dc.check_run(compose(["workload=deepcam", "experiment=mini",
+                          "system.submission_division=closed", "seed=3"]))
+    dc.check_run(compose(["workload=deepcam", "experiment=mini"]))  # open: any seed
+    (tmp_path / "data").mkdir()
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "sciperf.cli", "train", "workload=deepcam",
+                           "experiment=mini", "system.submission_division=closed",
+                           f"data.dir={tmp_path / 'data'}", f"output_dir={out}"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "seed=0: closed DeepCAM requires seed > 0" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -117,6 +117,6 @@ def test_two_ranks_convert_disjoint_halves(tmp_path):
 def test_stats_without_train_files_is_one_line(tmp_path):
     (tmp_path / "e" / "train").mkdir(parents=True)
     proc = _prepare(f"data.dir={tmp_path / 'e'}", "data.source=stats")
-    rc, (out, err) = proc.wait(timeout=120), proc.communicate()
+    rc, (_, err) = proc.wait(timeout=120), proc.communicate()
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "train" in err
     assert not dc.stats_path(tmp_path / "e").exists()

@@ -392,6 +392,16 @@ def check_optimizer(o: Any) -> None:
         raise ValueError("opt.gradient_accumulation_frequency must be at least 1")
 
 
+def check_run(cfg: Any) -> None:
+    """Closed-division rules of closed_deepcam.yaml that depend on the user's choices, so a
+    long run is not found non-compliant only when its log is checked."""
+    if cfg.system.submission_division != "closed":
+        return
+    if int(cfg.seed) <= 0:
+        raise ValueError(f"seed={cfg.seed}: closed DeepCAM requires seed > 0 "
+                         "(closed_deepcam.yaml); pass seed=N, or run in division open")
+
+
 def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:
     """closed_deepcam.yaml keys (+ the LAMB and scheduler sub-rules), reference names.
 
