@@ -120,3 +120,24 @@ def test_stats_without_train_files_is_one_line(tmp_path):
     rc, (_, err) = proc.wait(timeout=120), proc.communicate()
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "train" in err
     assert not dc.stats_path(tmp_path / "e").exists()
+
+
+def test_accumulate_keeps_a_bounded_window_of_samples_in_memory(monkeypatch):
+    started, folded, peak = [0], [0], [0]
+
+    def read(path, fmt):
+        started[0] += 1
+        peak[0] = max(peak[0], started[0] - folded[0])
+        return np.full((2, 2, 3), float(path), np.float32), None
+
+    original = dc.StatsAccumulator.add
+
+    def add(self, x):
+        folded[0] += 1
+        original(self, x)
+
+    monkeypatch.setattr(dc, "read_raw", read)
+    monkeypatch.setattr(dc.StatsAccumulator, "add", add)
+    acc = dc.accumulate([str(i) for i in range(50)], "npy", workers=2)
+    assert acc.count == 50 * 4 and folded[0] == 50
+    assert acc.maxval.tolist() == [49.0] * 3 and 0 < peak[0] <= 4  # 2 × workers

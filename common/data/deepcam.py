@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,13 +167,23 @@ class StatsAccumulator:
 def accumulate(files: Sequence[Path], fmt: str, workers: int = 4,
                bar: Progress | None = None) -> StatsAccumulator:
     """Statistics of raw samples, `workers` files read at a time (numpy reads release the
-    GIL), folded in file order so the sums do not depend on thread timing."""
-    acc = StatsAccumulator()
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="sciperf-stats") as pool:
-        for x in pool.map(lambda p: read_raw(p, fmt)[0], files):
-            acc.add(x)
-            if bar is not None:
-                bar.update()
+    GIL), folded in file order so the sums do not depend on thread timing. At most
+    2 × workers samples are in memory (a full-size sample is 57 MB)."""
+    acc, workers = StatsAccumulator(), max(1, workers)
+    pending: deque[Future] = deque()
+
+    def fold_oldest() -> None:
+        acc.add(pending.popleft().result()[0])
+        if bar is not None:
+            bar.update()
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="sciperf-stats") as pool:
+        for path in files:
+            pending.append(pool.submit(read_raw, path, fmt))
+            if len(pending) >= 2 * workers:
+                fold_oldest()
+        while pending:
+            fold_oldest()
     return acc
 
 
