@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
@@ -92,6 +92,33 @@ class Backend(ABC):
     def info(self) -> dict[str, str]:
         """Versions and devices, recorded in the summary so results say what ran."""
         return {}
+
+
+class FrameworkBackend(Backend):
+    """Barrier, teardown, peak FLOP/s and versions, the same for every workload of a
+    framework: subclasses name the framework's ``runtime`` module (``matmul_flops``,
+    ``versions``) and set ``self.comm`` (``barrier``, ``close``) and ``self.device`` in
+    ``setup``."""
+
+    runtime: ClassVar[Any]
+    comm: Any
+    device: Any
+
+    def barrier(self) -> None:
+        """All ranks reach this point (before run_start and run_stop)."""
+        self.comm.barrier()
+
+    def close(self) -> None:
+        """Release the process group."""
+        self.comm.close()
+
+    def peak_flops(self, precision: str) -> float:
+        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
+        return self.runtime.matmul_flops(self.device, precision)
+
+    def info(self) -> dict[str, str]:
+        """Framework versions and device."""
+        return self.runtime.versions()
 
 
 def available() -> dict[str, Any]:

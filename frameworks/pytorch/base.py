@@ -1,34 +1,12 @@
-"""What every pytorch workload backend shares: the collectives' wrappers and the reports."""
+"""The pytorch workload backends' shared base: the common one, bound to this runtime."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sciperf.backends import Backend
-from sciperf_pytorch import runtime
+from sciperf.backends import FrameworkBackend
+from sciperf_pytorch import runtime as _runtime
 
 
-class TorchBackendBase(Backend):
-    """Barrier, teardown, peak FLOP/s and versions, the same for every workload.
+class TorchBackendBase(FrameworkBackend):
+    """Every pytorch workload backend (CosmoFlow, DeepCAM) derives from this."""
 
-    Subclasses set ``self.comm`` and ``self.device`` in ``setup``.
-    """
-
-    comm: Any
-    device: Any
-
-    def barrier(self) -> None:
-        """All ranks reach this point (before run_start and run_stop)."""
-        self.comm.barrier()
-
-    def close(self) -> None:
-        """Release the process group."""
-        self.comm.close()
-
-    def peak_flops(self, precision: str) -> float:
-        """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
-        return runtime.matmul_flops(self.device, precision)
-
-    def info(self) -> dict[str, str]:
-        """torch version and device."""
-        return runtime.versions()
+    runtime = _runtime
