@@ -18,49 +18,20 @@ from pathlib import Path
 import numpy as np
 
 from sciperf.data import npy, tfrecord
+from sciperf.data.layout import SampleLayout
+from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
+from sciperf.data.layout import sample_files as sample_files
 from sciperf.errors import SciperfError
 from sciperf.workloads import cosmoflow as spec
 
 SUFFIX = {"tfrecord": ".tfrecord", "npy": ".data.npy"}
-LABEL_SUFFIX = ".label.npy"
-
-
-def split_dir(root: str | Path, split: str) -> Path:
-    """`<root>/train` or `<root>/validation`."""
-    if split not in spec.SPLITS:
-        raise SciperfError(f"unknown split {split}; valid: {', '.join(spec.SPLITS)}")
-    return Path(root) / split
-
-
-def list_samples(root: str | Path, split: str, fmt: str, n: int = 0) -> list[Path]:
-    """Sorted sample files of a split, the first `n` if n > 0 (as the reference takes them)."""
-    if fmt not in SUFFIX:
-        raise SciperfError(f"data.format={fmt} is not one of {', '.join(SUFFIX)}")
-    folder = split_dir(root, split)
-    if not folder.is_dir():
-        raise SciperfError(f"data directory {folder} does not exist (run `sciperf prepare`?)")
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX[fmt]))
-    if not files:
-        raise SciperfError(f"no {fmt} samples (*{SUFFIX[fmt]}) in {folder}")
-    if n > len(files):
-        raise SciperfError(f"{folder} holds {len(files)} {fmt} samples but {n} were requested")
-    return files[:n] if n > 0 else files
-
-
-def label_path(data_path: Path) -> Path:
-    """The .label.npy beside a .data.npy."""
-    return data_path.with_name(data_path.name[: -len(SUFFIX["npy"])] + LABEL_SUFFIX)
-
-
-def sample_files(path: Path, fmt: str) -> list[Path]:
-    """Every file one sample consists of (npy: data + label), e.g. for staging."""
-    return [path, label_path(path)] if fmt == "npy" else [path]
+LAYOUT = SampleLayout(SUFFIX, spec.SPLITS)
+split_dir, list_samples = LAYOUT.split_dir, LAYOUT.list_samples
 
 
 def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file."""
-    if fmt not in SUFFIX:
-        raise SciperfError(f"data.format={fmt} is not one of {', '.join(SUFFIX)}")
+    LAYOUT.check_format(fmt)
     if fmt == "tfrecord":
         try:
             return tfrecord.read_cosmoflow_sample(path, tuple(shape))

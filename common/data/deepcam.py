@@ -28,6 +28,9 @@ import h5py
 import numpy as np
 
 from sciperf.data import npy
+from sciperf.data.layout import SampleLayout
+from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
+from sciperf.data.layout import sample_files as sample_files
 from sciperf.data.partials import files_digest, gather, write_part
 from sciperf.data.sharding import shard
 from sciperf.errors import SciperfError
@@ -35,47 +38,11 @@ from sciperf.progress import Progress
 from sciperf.workloads import deepcam as spec
 
 SUFFIX = {"hdf5": ".h5", "npy": ".data.npy"}
-LABEL_SUFFIX = ".label.npy"
+LAYOUT = SampleLayout(SUFFIX, spec.SPLITS)
+split_dir, list_samples, _check_format = LAYOUT.split_dir, LAYOUT.list_samples, LAYOUT.check_format
 STATS_FILE = "stats.h5"
 DATA_KEY, LABEL_KEY = "climate/data", "climate/labels_0"
 STATS_KEYS = ("minval", "maxval", "mean", "sqmean", "count")
-
-
-def split_dir(root: str | Path, split: str) -> Path:
-    """`<root>/train` or `<root>/validation`."""
-    if split not in spec.SPLITS:
-        raise SciperfError(f"unknown split {split}; valid: {', '.join(spec.SPLITS)}")
-    return Path(root) / split
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in SUFFIX:
-        raise SciperfError(f"data.format={fmt} is not one of {', '.join(SUFFIX)}")
-
-
-def list_samples(root: str | Path, split: str, fmt: str, n: int = 0) -> list[Path]:
-    """Sorted sample files of a split, the first `n` if n > 0 (as the reference takes them)."""
-    _check_format(fmt)
-    folder = split_dir(root, split)
-    if not folder.is_dir():
-        raise SciperfError(f"data directory {folder} does not exist (run `sciperf prepare`?)")
-    files = sorted(p for p in folder.iterdir()
-                   if p.name.endswith(SUFFIX[fmt]) and not p.name.startswith("."))
-    if not files:
-        raise SciperfError(f"no {fmt} samples (*{SUFFIX[fmt]}) in {folder}")
-    if n > len(files):
-        raise SciperfError(f"{folder} holds {len(files)} {fmt} samples but {n} were requested")
-    return files[:n] if n > 0 else files
-
-
-def label_path(data_path: Path) -> Path:
-    """The .label.npy beside a .data.npy."""
-    return data_path.with_name(data_path.name[: -len(SUFFIX["npy"])] + LABEL_SUFFIX)
-
-
-def sample_files(path: Path, fmt: str) -> list[Path]:
-    """Every file one sample consists of (npy: data + label), e.g. for staging."""
-    return [path, label_path(path)] if fmt == "npy" else [path]
 
 
 # --- normalisation statistics --------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""Where a workload's samples live: one file (or data + label pair) per sample per split.
+
+CosmoFlow and DeepCAM share the layout — ``<dir>/{train,validation}/<name><suffix>``, the
+fast npy format as ``<name>.data.npy`` beside ``<name>.label.npy`` — and differ only in
+their format suffixes, so the listing rules (sorted, the first n as the reference takes
+them, hidden temp files skipped, one clear line when something is missing) exist once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sciperf.errors import SciperfError
+
+NPY_SUFFIX, LABEL_SUFFIX = ".data.npy", ".label.npy"
+
+
+@dataclass(frozen=True)
+class SampleLayout:
+    """A workload's formats (name → data-file suffix) and splits."""
+
+    suffix: dict[str, str]
+    splits: Sequence[str]
+
+    def check_format(self, fmt: str) -> None:
+        if fmt not in self.suffix:
+            raise SciperfError(f"data.format={fmt} is not one of {', '.join(self.suffix)}")
+
+    def split_dir(self, root: str | Path, split: str) -> Path:
+        """`<root>/train` or `<root>/validation`."""
+        if split not in self.splits:
+            raise SciperfError(f"unknown split {split}; valid: {', '.join(self.splits)}")
+        return Path(root) / split
+
+    def list_samples(self, root: str | Path, split: str, fmt: str, n: int = 0) -> list[Path]:
+        """Sorted sample files of a split, the first `n` if n > 0 (as the reference takes
+        them); dot-files (a writer's temporaries) are not samples."""
+        self.check_format(fmt)
+        folder = self.split_dir(root, split)
+        if not folder.is_dir():
+            raise SciperfError(f"data directory {folder} does not exist (run `sciperf prepare`?)")
+        end = self.suffix[fmt]
+        files = sorted(p for p in folder.iterdir()
+                       if p.name.endswith(end) and not p.name.startswith("."))
+        if not files:
+            raise SciperfError(f"no {fmt} samples (*{end}) in {folder}")
+        if n > len(files):
+            raise SciperfError(f"{folder} holds {len(files)} {fmt} samples but {n} were "
+                               "requested")
+        return files[:n] if n > 0 else files
+
+
+def label_path(data_path: Path) -> Path:
+    """The .label.npy beside a .data.npy."""
+    return data_path.with_name(data_path.name[: -len(NPY_SUFFIX)] + LABEL_SUFFIX)
+
+
+def sample_files(path: Path, fmt: str) -> list[Path]:
+    """Every file one sample consists of (npy: data + label), e.g. for staging."""
+    return [path, label_path(path)] if fmt == "npy" else [path]
