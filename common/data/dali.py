@@ -266,16 +266,14 @@ def plan(files: Sequence[Path], batch: int, seed: int, shuffle: bool, rank: int 
     form = sample_format(workload)
     form.check_format(fmt)
     files = tuple(Path(f) for f in files)
-    if not files:
+    if not files and remainder == "error":
         raise SciperfError("data.loader=dali got no sample files")
     foreign = [f for f in files if not f.name.endswith(form.suffix)]
     if foreign:
         raise SciperfError(f"{foreign[0]}: {form.hint}")
     require(fmt, workload)
     _check_batches(len(files), batch, rank, world, remainder)
-    found = _header_shape(files[0], form.data_dtype, ndim=form.data_ndim,
-                          shape=None if shape is None else tuple(int(s) for s in shape))
-    _header_shape(form.label_path(files[0]), form.label_dtype, shape=form.label_shape(found))
+    found = _sample_shape(files, form, shape)
     return DaliPlan(files, int(batch), int(seed), bool(shuffle), int(rank), int(world),
                     device_id, found, max(int(prefetch), 1), threads or default_threads(),
                     workload, _transform(workload, root, found), remainder)
@@ -283,7 +281,8 @@ def plan(files: Sequence[Path], batch: int, seed: int, shuffle: bool, rank: int 
 
 def _check_batches(n: int, batch: int, rank: int, world: int, remainder: str) -> None:
     """The shard is valid and `n` files make batches under `remainder` (ValueError if not:
-    the driver checks divisibility first, so this is a caller's mistake)."""
+    the driver checks divisibility first, so this is a caller's mistake). `drop`/`keep`
+    accept any count, as the native loader: even none (no batch)."""
     if world < 1 or not 0 <= rank < world:
         raise SciperfError(f"invalid shard {rank} of {world}")
     if batch < 1:
@@ -293,11 +292,23 @@ def _check_batches(n: int, batch: int, rank: int, world: int, remainder: str) ->
             raise ValueError(f"{n} files do not divide into {world} shards of batches "
                              f"of {batch}")
         return
+    batch_sizes(n, batch, remainder)  # an unknown remainder is a ValueError
     if world != 1:
         raise ValueError(f"remainder={remainder!r} needs this rank's own files (world=1): "
                          "DALI's uneven shards are not the driver's")
-    if not batch_sizes(n, batch, remainder):
-        raise ValueError(f"{n} files make no full batch of {batch}")
+
+
+def _sample_shape(files: tuple[Path, ...], form: SampleFormat,
+                  shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The first sample pair's data shape, both headers checked against `form` (and the
+    data against `shape`). No files (a rank whose uneven validation shard is empty, or too
+    few for a full training batch: no batch, no pipeline) → `shape` as given."""
+    want = None if shape is None else tuple(int(s) for s in shape)
+    if not files:
+        return want or ()
+    found = _header_shape(files[0], form.data_dtype, ndim=form.data_ndim, shape=want)
+    _header_shape(form.label_path(files[0]), form.label_dtype, shape=form.label_shape(found))
+    return found
 
 
 def _transform(workload: str, root: str | Path | None,

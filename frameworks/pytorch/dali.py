@@ -1,17 +1,22 @@
 """PyTorch adapter over the DALI pipeline of ``sciperf.data.dali`` (``data.loader=dali``).
 
-Yields what ``sciperf_pytorch.data.batches`` yields: x log1p float32 (N, C, D, H, W) as a
-view of the (N, D, H, W, C) batch (channels-last memory), y float32 (N, 4) — on the GPU
-the pipeline ran on, or on the CPU for a CPU-only pipeline (``device_id=None``).
+Yields what the native loaders yield: x float32 with channels moved to dimension 1 as a
+view of the channels-last batch (CosmoFlow (N, C, D, H, W), DeepCAM (N, C, H, W)), labels
+as the loss wants them (CosmoFlow's float32 targets as stored, DeepCAM's uint8 class maps
+as int64) — on the GPU the pipeline ran on, or on the CPU for a CPU-only pipeline
+(``device_id=None``). Batches are cut to the plan's sizes: a DeepCAM validation shard ends
+in a smaller batch, as with ``sciperf.data.loader.BatchLoader``.
 
-``make_loader`` and ``batches`` have the signatures of their ``sciperf_pytorch.data``
-namesakes, so a backend picks its input module by ``data.loader`` and changes nothing else.
+``make_loader``/``make_deepcam_loader`` and ``batches`` have the signatures of their
+native namesakes (``sciperf_pytorch.data``, ``sciperf_pytorch.deepcam``), so a backend picks
+its input functions by ``data.loader`` and changes nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -37,35 +42,50 @@ class DaliLoader:
         """Batches of `epoch` from a fresh pipeline (order fixed by seed and epoch)."""
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
+        if not self.plan.sizes:  # an empty shard: no pipeline to build
+            return
         try:
             pipe = dali_spec.build_pipeline(self.plan, epoch)
+            # FILL: a last partial batch comes padded (the reader repeats its last
+            # sample) and is cut to its size below — never a sample twice
             loader = DALIGenericIterator([pipe], list(dali_spec.OUTPUTS),
                                          reader_name=dali_spec.READER,
-                                         last_batch_policy=LastBatchPolicy.DROP)
+                                         last_batch_policy=LastBatchPolicy.FILL)
         except RuntimeError as exc:
             raise SciperfError(dali_spec.error_message(str(exc))) from None
         try:
-            for _ in range(self.plan.steps):
+            for size in self.plan.sizes:
                 try:
                     out = next(loader)[0]
                 except (RuntimeError, StopIteration) as exc:
                     raise SciperfError(dali_spec.error_message(str(exc))) from None
-                yield out["x"].permute(0, 4, 1, 2, 3), out["y"]
+                yield channels_first(out["x"][:size]), labels(out["y"][:size])
         finally:
             del loader, pipe
+
+
+def channels_first(x: torch.Tensor) -> torch.Tensor:
+    """(N, *spatial, C) → (N, C, *spatial) as a view: channels-last memory, no copy."""
+    return x.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+
+
+def labels(y: torch.Tensor) -> torch.Tensor:
+    """Class maps (integer) become int64 indices for the loss; float targets stay."""
+    return y if y.is_floating_point() else y.long()
 
 
 def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool,
                      rank: int = 0, world: int = 1, device_id: int | None = None, *,
                      fmt: str = "npy", prefetch: int = 2, threads: int = 0,
-                     shape: tuple[int, ...] | None = None) -> DaliLoader:
+                     shape: tuple[int, ...] | None = None, **workload: Any) -> DaliLoader:
     """The DALI loader over `files`, sharded by DALI into `world` (``DaliPlan`` explains).
 
     Whole split + rank/world: every rank must pass the same `seed` (one global shuffle).
+    `workload` takes ``dali_spec.plan``'s workload/root/remainder (CosmoFlow by default).
     """
     return DaliLoader(dali_spec.plan(files, batch, seed, shuffle, rank, world, device_id,
                                      fmt=fmt, prefetch=prefetch, threads=threads,
-                                     shape=shape))
+                                     shape=shape, **workload))
 
 
 def default_device_id() -> int | None:
@@ -82,8 +102,20 @@ def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int,
                             prefetch=prefetch, shape=tuple(shape))
 
 
+def make_deepcam_loader(files: list[Path], root: str, fmt: str, model: Any, batch: int,
+                        seed: int, shuffle: bool, prefetch: int,
+                        remainder: str) -> DaliLoader:
+    """Drop-in for ``sciperf_pytorch.deepcam.make_loader``: this rank's own files (the
+    driver's uneven shard, so DALI does not shard again), normalised by `root`/stats.h5,
+    `remainder` as the native loader's; DALI on this process's device."""
+    shape = (model.height, model.width, model.in_channels)
+    return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
+                            prefetch=prefetch, shape=shape, workload="deepcam", root=root,
+                            remainder=remainder)
+
+
 def batches(loader: DaliLoader, epoch: int,
             device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Device batches of one epoch (the signature of ``sciperf_pytorch.data.batches``;
-    the pipeline already placed them)."""
+    """Device batches of one epoch (the signature of the native ``batches``; the pipeline
+    already placed them)."""
     yield from loader.epoch(epoch)

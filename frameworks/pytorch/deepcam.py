@@ -3,7 +3,9 @@
 Weighted cross-entropy (mean over pixels) in fp32, per-sample IoU, Adam/AdamW/LAMB with
 the spec's LR applied at every optimizer step, gradient accumulation, BN running
 statistics averaged over ranks after each epoch, bf16 autocast and channels-last memory
-from ``runtime`` (the model stays single-device and precision-agnostic).
+from ``runtime`` (the model stays single-device and precision-agnostic). Input: the common
+prefetching loader (``data.loader=native``) or DALI (``data.loader=dali``, npy only), the
+same batches either way (``input_functions``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +25,7 @@ from sciperf.data.loader import BatchLoader
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf.workloads import deepcam as spec
-from sciperf_pytorch import runtime
+from sciperf_pytorch import dali, runtime
 from sciperf_pytorch.base import TorchBackendBase
 from sciperf_pytorch.distributed import Comm
 from sciperf_pytorch.models.deepcam import DeepCam, export_weights, import_weights
@@ -52,6 +55,14 @@ def batches(loader: BatchLoader, epoch: int,
     """Device batches of one epoch."""
     for x_np, y_np in loader.epoch(epoch):
         yield to_device(x_np, y_np, device)
+
+
+def input_functions(loader: str) -> tuple[Callable[..., Any], Callable[..., Iterator]]:
+    """(make_loader, batches) of `data.loader`: the native pair above or DALI's drop-ins
+    (same signatures, same batches: NCHW channels-last float32, int64 labels)."""
+    if loader == "dali":
+        return dali.make_deepcam_loader, dali.batches
+    return make_loader, batches
 
 
 def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -105,9 +116,10 @@ class DeepCamBackend(TorchBackendBase):
         common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
                       batch=ctx.local_batch, prefetch=cfg.data.prefetch)
         # the reference's rules: training in full batches, every validation sample once
-        self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
+        make, self.batches = input_functions(cfg.data.loader)
+        self.train_loader = make(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
                                         shuffle=cfg.data.shuffle, remainder="drop", **common)
-        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False,
+        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False,
                                        remainder="keep", **common)
 
     def parameter_count(self) -> int:
@@ -144,7 +156,7 @@ class DeepCamBackend(TorchBackendBase):
         every optimizer step), then the BN running statistics are averaged over ranks."""
         self.net.train()
         start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
-        for x, y in batches(self.train_loader, epoch, self.device):
+        for x, y in self.batches(self.train_loader, epoch, self.device):
             loss = self.train_step(x, y)
             total += loss.cpu()
             steps, samples = steps + 1, samples + x.shape[0]
@@ -165,7 +177,7 @@ class DeepCamBackend(TorchBackendBase):
         """Mean per-sample IoU over every validation sample (summed over ranks)."""
         self.net.eval()
         iou_sum, count = torch.zeros((), dtype=torch.float64), 0
-        for x, y in batches(self.eval_loader, 0, self.device):
+        for x, y in self.batches(self.eval_loader, 0, self.device):
             with runtime.autocast(self.device, self.cfg.precision):
                 logits = self.net(x)
             iou_sum += sample_iou(logits, y).sum().cpu()

@@ -1,23 +1,27 @@
 """TensorFlow adapter over the DALI pipeline of ``sciperf.data.dali`` (``data.loader=dali``).
 
-Yields what ``sciperf_tensorflow.data.batches`` yields: x log1p float32 (N, D, H, W, C),
-y float32 (N, 4), through ``nvidia.dali.plugin.tf.DALIDataset`` placed on the device the
-pipeline runs on (CPU-only when ``device_id`` is None).
+Yields what the native loaders yield: x float32 channels-last (CosmoFlow (N, D, H, W, C),
+DeepCAM (N, H, W, C)), labels as the loss wants them (CosmoFlow's float32 targets as
+stored, DeepCAM's uint8 class maps as int32), through ``nvidia.dali.plugin.tf.DALIDataset``
+placed on the device the pipeline runs on (CPU-only when ``device_id`` is None). Batches
+are cut to the plan's sizes: a DeepCAM validation shard ends in a smaller batch, as with
+the native ``tf.data`` loader.
 
-``make_loader`` and ``batches`` have the signatures of their ``sciperf_tensorflow.data``
-namesakes, so a backend picks its input module by ``data.loader`` and changes nothing else.
+``make_loader``/``make_deepcam_loader`` and ``batches`` have the signatures of their
+native namesakes (``sciperf_tensorflow.data``, ``sciperf_tensorflow.deepcam``), so a
+backend picks its input functions by ``data.loader`` and changes nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
 from sciperf.data import dali as dali_spec
 from sciperf.errors import SciperfError
-from sciperf.workloads.cosmoflow import TARGET_SIZE
 
 
 class DaliLoader:
@@ -38,39 +42,54 @@ class DaliLoader:
         """Batches of `epoch` from a fresh pipeline (order fixed by seed and epoch).
 
         ``DALIDataset`` never ends by itself, and a GPU-placed one should not be chained to
-        other ``tf.data`` ops, so the epoch is cut at ``len(self)`` batches here.
+        other ``tf.data`` ops, so the epoch is cut at ``len(self)`` batches here, and a
+        last partial batch (padded by the reader with its last sample) to its size.
         """
-        from nvidia.dali.plugin.tf import DALIDataset
-
-        p = self.plan
-        place = "/cpu:0" if p.device_id is None else "/gpu:0"
+        if not self.plan.sizes:  # an empty shard: no pipeline to build
+            return
         try:
-            with tf.device(place):
-                dataset = DALIDataset(
-                    pipeline=dali_spec.build_pipeline(p, epoch), batch_size=p.batch,
-                    num_threads=p.threads, device_id=p.device_id,
-                    prefetch_queue_depth=p.prefetch,
-                    output_dtypes=(tf.float32, tf.float32),
-                    output_shapes=((p.batch, *p.sample_shape), (p.batch, TARGET_SIZE)))
-                batches = iter(dataset)
-            for _ in range(p.steps):
-                yield next(batches)
+            batches = self._iterator(epoch)
+            for size in self.plan.sizes:
+                x, y = next(batches)
+                if size < self.plan.batch:
+                    x, y = x[:size], y[:size]
+                yield x, labels(y)
         except (tf.errors.OpError, RuntimeError) as exc:
             raise SciperfError(dali_spec.error_message(
                 getattr(exc, "message", None) or str(exc))) from None
+
+    def _iterator(self, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        """An iterator over the DALIDataset of one epoch's pipeline, both made on the
+        pipeline's device (so the iterator's ops are placed there too)."""
+        from nvidia.dali.plugin.tf import DALIDataset
+
+        p = self.plan
+        with tf.device("/cpu:0" if p.device_id is None else "/gpu:0"):
+            dataset = DALIDataset(
+                pipeline=dali_spec.build_pipeline(p, epoch), batch_size=p.batch,
+                num_threads=p.threads, device_id=p.device_id, prefetch_queue_depth=p.prefetch,
+                output_dtypes=(tf.float32, tf.as_dtype(p.label_dtype)),
+                output_shapes=((p.batch, *p.sample_shape), (p.batch, *p.label_shape)))
+            return iter(dataset)
+
+
+def labels(y: tf.Tensor) -> tf.Tensor:
+    """Class maps (integer) become int32 indices for the loss; float targets stay."""
+    return y if y.dtype.is_floating else tf.cast(y, tf.int32)
 
 
 def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool,
                      rank: int = 0, world: int = 1, device_id: int | None = None, *,
                      fmt: str = "npy", prefetch: int = 2, threads: int = 0,
-                     shape: tuple[int, ...] | None = None) -> DaliLoader:
+                     shape: tuple[int, ...] | None = None, **workload: Any) -> DaliLoader:
     """The DALI loader over `files`, sharded by DALI into `world` (``DaliPlan`` explains).
 
     Whole split + rank/world: every rank must pass the same `seed` (one global shuffle).
+    `workload` takes ``dali_spec.plan``'s workload/root/remainder (CosmoFlow by default).
     """
     return DaliLoader(dali_spec.plan(files, batch, seed, shuffle, rank, world, device_id,
                                      fmt=fmt, prefetch=prefetch, threads=threads,
-                                     shape=shape))
+                                     shape=shape, **workload))
 
 
 def default_device_id() -> int | None:
@@ -93,6 +112,18 @@ def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int,
                             prefetch=prefetch, shape=tuple(shape))
 
 
+def make_deepcam_loader(files: list[Path], root: str, fmt: str, model: Any, batch: int,
+                        seed: int, shuffle: bool, prefetch: int,
+                        remainder: str) -> DaliLoader:
+    """Drop-in for ``sciperf_tensorflow.deepcam.make_loader``: this rank's own files (the
+    driver's uneven shard, so DALI does not shard again), normalised by `root`/stats.h5,
+    `remainder` as the native loader's; DALI on this process's device."""
+    shape = (model.height, model.width, model.in_channels)
+    return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
+                            prefetch=prefetch, shape=shape, workload="deepcam", root=root,
+                            remainder=remainder)
+
+
 def batches(loader: DaliLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-    """Batches of one epoch (the signature of ``sciperf_tensorflow.data.batches``)."""
+    """Batches of one epoch (the signature of the native ``batches``)."""
     yield from loader.epoch(epoch)

@@ -5,7 +5,8 @@ The mirror of ``sciperf_pytorch.deepcam``: a custom loop (``tf.function`` step o
 Adam/AdamW/LAMB written out (``optim.AdamFamily``) with the spec's LR set before every
 optimizer step, gradient accumulation, BN moving statistics averaged over ranks after
 each epoch, ``mixed_bfloat16`` from ``runtime``. Input: ``tf.data`` over the common
-format definitions in the common loader's per-epoch order.
+format definitions in the common loader's per-epoch order (``data.loader=native``) or DALI
+(``data.loader=dali``, npy only), the same batches either way (``input_functions``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -24,7 +26,7 @@ from sciperf.data.loader import batch_sizes, epoch_order
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf.workloads import deepcam as spec
-from sciperf_tensorflow import runtime
+from sciperf_tensorflow import dali, runtime
 from sciperf_tensorflow.base import TFBackendBase
 from sciperf_tensorflow.data import _reader_message
 from sciperf_tensorflow.distributed import Comm
@@ -104,6 +106,14 @@ def batches(loader: DatasetLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.T
         raise SciperfError(_reader_message(exc)) from None
 
 
+def input_functions(loader: str) -> tuple[Callable[..., Any], Callable[..., Iterator]]:
+    """(make_loader, batches) of `data.loader`: the native pair above or DALI's drop-ins
+    (same signatures, same batches: NHWC float32, int32 labels)."""
+    if loader == "dali":
+        return dali.make_deepcam_loader, dali.batches
+    return make_loader, batches
+
+
 def weighted_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     """The reference loss: per-pixel CE weighted by w[label], a plain mean over pixels."""
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
@@ -161,9 +171,10 @@ class DeepCamBackend(TFBackendBase):
         self._eval_step = tf.function(self._iou, jit_compile=jit)
         common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
                       batch=ctx.local_batch, prefetch=cfg.data.prefetch)
-        self.train_loader = make_loader(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
+        make, self.batches = input_functions(cfg.data.loader)
+        self.train_loader = make(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
                                         shuffle=cfg.data.shuffle, remainder="drop", **common)
-        self.eval_loader = make_loader(ctx.eval_files, seed=0, shuffle=False,
+        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False,
                                        remainder="keep", **common)
 
     def parameter_count(self) -> int:
@@ -226,7 +237,7 @@ class DeepCamBackend(TFBackendBase):
         """One pass over the shard (`lr` is the driver's per-epoch record; the LR changes
         every optimizer step), then the BN moving statistics are averaged over ranks."""
         start, total, steps, samples = time.perf_counter(), tf.zeros(()), 0, 0
-        for x, y in batches(self.train_loader, epoch):
+        for x, y in self.batches(self.train_loader, epoch):
             loss = self.train_step(x, y)
             total += loss
             steps, samples = steps + 1, samples + int(x.shape[0])
@@ -249,7 +260,7 @@ class DeepCamBackend(TFBackendBase):
     def evaluate(self) -> float:
         """Mean per-sample IoU over every validation sample (summed over ranks)."""
         iou_sum, count = 0.0, 0
-        for x, y in batches(self.eval_loader, 0):
+        for x, y in self.batches(self.eval_loader, 0):
             iou_sum += float(self._eval_step(x, y))
             count += int(y.shape[0])
         total, n = self.comm.sum([iou_sum, float(count)])
