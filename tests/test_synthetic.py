@@ -17,6 +17,7 @@ import pytest
 from sciperf.config import compose
 from sciperf.data import cosmoflow as cf
 from sciperf.data import synthetic
+from sciperf.data.manifest import MANIFEST
 from sciperf.data.synthetic import GenerateRequest, UniverseParams, make_universe
 from sciperf.errors import SciperfError
 from sciperf.prepare import prepare
@@ -170,7 +171,7 @@ def test_generate_writes_a_complete_dataset(tmp_path: Path, fmt: str) -> None:
             x_ref, y_ref = make_universe(5, split, i, 8)
             np.testing.assert_array_equal(x, x_ref)
             np.testing.assert_array_equal(y, y_ref)
-    manifest = json.loads((tmp_path / "ds" / synthetic.MANIFEST).read_text())
+    manifest = json.loads((tmp_path / "ds" / MANIFEST).read_text())
     assert manifest[fmt]["seed"] == 5 and manifest[fmt]["size"] == 8
     assert not [p for p in (tmp_path / "ds").rglob(".*")]  # no temporary files left
 
@@ -195,7 +196,7 @@ def test_both_formats_share_one_root(tmp_path: Path) -> None:
 def test_manifest_missing_or_corrupt_means_incomplete(tmp_path: Path) -> None:
     req = _req(tmp_path / "ds")
     synthetic.generate(req, show_progress=False)
-    manifest = tmp_path / "ds" / synthetic.MANIFEST
+    manifest = tmp_path / "ds" / MANIFEST
     manifest.write_text("{not json")
     assert not synthetic.dataset_complete(req)
     manifest.unlink()
@@ -205,7 +206,7 @@ def test_manifest_missing_or_corrupt_means_incomplete(tmp_path: Path) -> None:
 def test_generate_refuses_empty_sets(tmp_path: Path) -> None:
     with pytest.raises(SciperfError, match="train_samples"):
         synthetic.generate(_req(tmp_path / "ds", train_samples=0), show_progress=False)
-    assert not (tmp_path / "ds" / synthetic.MANIFEST).exists()
+    assert not (tmp_path / "ds" / MANIFEST).exists()
 
 
 def test_progress_output(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -19,19 +19,18 @@ at the reference's 768×1152 the expected class frequencies are close to the ref
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sciperf.data import deepcam as fmt_dc
+from sciperf.data import manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads import deepcam as spec
 
 SPLIT_IDS = {"train": 0, "validation": 1}
-MANIFEST = "sciperf_dataset.json"
 TC_RATE, AR_RATE = 1.3, 1.15  # mean objects per sample (Poisson)
 TC_RADIUS, AR_WIDTH, MIN_PX = 0.013, 0.03, 4.0  # fractions of H, floor in pixels
 LATENT = 4  # shared smooth fields the 16 channels are mixed from
@@ -187,13 +186,8 @@ class GenerateRequest:
 
 def dataset_complete(req: GenerateRequest) -> bool:
     """True when `root` holds a finished dataset made with exactly these settings."""
-    manifest = Path(req.root) / MANIFEST
-    if not manifest.is_file() or not fmt_dc.stats_path(req.root).is_file():
-        return False
-    try:
-        return json.loads(manifest.read_text()).get(req.fmt) == asdict(req)
-    except ValueError:
-        return False
+    return fmt_dc.stats_path(req.root).is_file() and manifest.complete(req.root, req.fmt,
+                                                                       asdict(req))
 
 
 def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, float]:
@@ -202,7 +196,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, floa
     if req.train_samples <= 0 or req.eval_samples <= 0:
         raise SciperfError("data.train_samples and data.eval_samples must be positive")
     root = Path(req.root)
-    _forget(root, req.fmt)
+    manifest.forget(root, req.fmt, fmt_dc.LAYOUT)
     bar = Progress(req.train_samples + req.eval_samples, f"generating {req.fmt} climate",
                    enabled=show_progress)
     acc, counts = fmt_dc.StatsAccumulator(), np.zeros(spec.NUM_CLASSES, np.int64)
@@ -217,32 +211,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, floa
                 counts += np.bincount(y.ravel(), minlength=spec.NUM_CLASSES)
             bar.update()
     fmt_dc.write_stats(fmt_dc.stats_path(root), acc.result())
-    manifest = root / MANIFEST
-    data = json.loads(manifest.read_text()) if manifest.is_file() else {}
-    data[req.fmt] = asdict(req)
-    tmp = manifest.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(manifest)
+    manifest.record(root, req.fmt, asdict(req))
     freq = counts / max(counts.sum(), 1)
     return dict(zip(spec.CLASS_NAMES, (float(f) for f in freq), strict=True))
 
-
-def _forget(root: Path, fmt: str) -> None:
-    """Invalidate the manifest entry and delete this format's old samples before writing,
-    so a regeneration with other settings leaves no stale files among the new ones."""
-    manifest = root / MANIFEST
-    if manifest.is_file():
-        try:
-            data = json.loads(manifest.read_text())
-        except ValueError:
-            data = {}
-        data.pop(fmt, None)
-        manifest.write_text(json.dumps(data, indent=2))
-    for split in SPLIT_IDS:
-        folder = root / split
-        if folder.is_dir():
-            for path in folder.iterdir():
-                if path.name.endswith(fmt_dc.SUFFIX[fmt]):
-                    if fmt == "npy":
-                        fmt_dc.label_path(path).unlink(missing_ok=True)
-                    path.unlink()

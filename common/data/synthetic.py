@@ -14,18 +14,17 @@ out. Counts are Poisson draws, stored as int16 like the real particle counts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sciperf.data import cosmoflow as fmt_cf
+from sciperf.data import manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 
 SPLIT_IDS = {"train": 0, "validation": 1}
-MANIFEST = "sciperf_dataset.json"
 
 
 @dataclass(frozen=True)
@@ -90,13 +89,7 @@ class GenerateRequest:
 
 def dataset_complete(req: GenerateRequest) -> bool:
     """True when `root` holds a finished dataset made with exactly these settings."""
-    manifest = Path(req.root) / MANIFEST
-    if not manifest.is_file():
-        return False
-    try:
-        return json.loads(manifest.read_text()).get(req.fmt) == asdict(req)
-    except ValueError:
-        return False
+    return manifest.complete(req.root, req.fmt, asdict(req))
 
 
 def generate(req: GenerateRequest, show_progress: bool = True) -> None:
@@ -104,7 +97,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> None:
     if req.train_samples <= 0 or req.eval_samples <= 0:
         raise SciperfError("data.train_samples and data.eval_samples must be positive")
     root = Path(req.root)
-    _forget(root, req.fmt)
+    manifest.forget(root, req.fmt, fmt_cf.LAYOUT)
     bar = Progress(req.train_samples + req.eval_samples, f"generating {req.fmt} universes",
                    enabled=show_progress)
     for split, count in (("train", req.train_samples), ("validation", req.eval_samples)):
@@ -114,33 +107,5 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> None:
             x, y = make_universe(req.seed, split, i, req.size)
             fmt_cf.write_sample(folder, f"univ_synth_{i:07d}", req.fmt, x, y)
             bar.update()
-    manifest = root / MANIFEST
-    data = json.loads(manifest.read_text()) if manifest.is_file() else {}
-    data[req.fmt] = asdict(req)
-    tmp = manifest.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(manifest)
+    manifest.record(root, req.fmt, asdict(req))
 
-
-def _forget(root: Path, fmt: str) -> None:
-    """Invalidate the manifest entry and delete this format's old samples before writing.
-
-    Otherwise a regeneration with another seed, size or count would leave stale files
-    that sort among the new ones and get read.
-    """
-    manifest = root / MANIFEST
-    if manifest.is_file():
-        try:
-            data = json.loads(manifest.read_text())
-        except ValueError:
-            data = {}
-        data.pop(fmt, None)
-        manifest.write_text(json.dumps(data, indent=2))
-    for split in SPLIT_IDS:
-        folder = root / split
-        if folder.is_dir():
-            for path in folder.iterdir():
-                if path.name.endswith(fmt_cf.SUFFIX[fmt]):
-                    if fmt == "npy":
-                        fmt_cf.label_path(path).unlink(missing_ok=True)
-                    path.unlink()

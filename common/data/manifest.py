@@ -1,0 +1,59 @@
+"""The record of what `sciperf prepare` generated in a data directory.
+
+`<dir>/sciperf_dataset.json` maps each format to the request that wrote it. The entry is
+written last (atomically), so a dataset is complete only when it exists and equals the
+request; before regenerating, the entry and the format's old samples are removed, so a run
+with another seed, size or count leaves no stale files that would sort among the new ones.
+Shared by the CosmoFlow and DeepCAM generators.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sciperf.data.layout import SampleLayout, sample_files
+
+MANIFEST = "sciperf_dataset.json"
+
+
+def _read(root: Path) -> dict[str, Any]:
+    try:
+        return json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(root: Path, data: dict[str, Any]) -> None:
+    tmp = root / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(root / MANIFEST)
+
+
+def complete(root: str | Path, fmt: str, request: dict[str, Any]) -> bool:
+    """True when `root` holds a finished dataset of `fmt` made with exactly `request`."""
+    return _read(Path(root)).get(fmt) == request
+
+
+def record(root: str | Path, fmt: str, request: dict[str, Any]) -> None:
+    """Mark the dataset of `fmt` complete (the generator's last step)."""
+    data = _read(Path(root))
+    data[fmt] = request
+    _write(Path(root), data)
+
+
+def forget(root: str | Path, fmt: str, layout: SampleLayout) -> None:
+    """Drop the entry of `fmt` and delete that format's samples (data and labels)."""
+    root = Path(root)
+    if (root / MANIFEST).is_file():
+        data = _read(root)
+        data.pop(fmt, None)
+        _write(root, data)
+    for split in layout.splits:
+        folder = root / split
+        if folder.is_dir():
+            for path in list(folder.iterdir()):
+                if path.name.endswith(layout.suffix[fmt]):
+                    for file in sample_files(path, fmt):
+                        file.unlink(missing_ok=True)
