@@ -10,6 +10,7 @@ same batches either way (``input_functions``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,9 +109,10 @@ class DeepCamBackend(TorchBackendBase):
         self.net = self.comm.wrap_model(self.model, broadcast_buffers=False)
         if cfg.framework.compile:
             self.net = torch.compile(self.net)
-        self.optimizer = self.comm.wrap_optimizer(
-            deepcam_optimizer(self.model.parameters(), cfg.opt), self.model)
         self.accumulate = int(cfg.opt.gradient_accumulation_frequency)
+        self.optimizer = self.comm.wrap_optimizer(
+            deepcam_optimizer(self.model.parameters(), cfg.opt), self.model,
+            backward_passes=self.accumulate)
         self.micro_step = 0  # micro-batches seen (the reference's `step`)
         self.opt_step = 0  # optimizer steps taken: the LR schedule's position
         common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
@@ -137,16 +139,21 @@ class DeepCamBackend(TorchBackendBase):
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One micro-batch: backward of loss/accumulate; an optimizer step every
         `accumulate` micro-batches at the schedule's LR. Returns the unscaled loss."""
-        with runtime.autocast(self.device, self.cfg.precision):
-            logits = self.net(x)
-        loss = self.loss_fn(logits, y)
-        (loss / self.accumulate).backward()
+        boundary = (self.micro_step + 1) % self.accumulate == 0
+        # DDP: all-reduce only on the micro-batch that ends an optimizer step (the mean of
+        # the summed local gradients is the same number, one collective instead of k)
+        local = not boundary and hasattr(self.net, "no_sync")
+        with self.net.no_sync() if local else contextlib.nullcontext():
+            with runtime.autocast(self.device, self.cfg.precision):
+                logits = self.net(x)
+            loss = self.loss_fn(logits, y)
+            (loss / self.accumulate).backward()
         self.micro_step += 1
         if self.micro_step % self.accumulate == 0:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.current_lr()
             self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()  # set_to_none (the default); Horovod takes no args
             self.opt_step += 1
         return loss.detach()
 
@@ -197,9 +204,6 @@ def _check_config(cfg, model: spec.ModelSpec) -> None:
         spec.check_optimizer(cfg.opt)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
-    if cfg.distributed.backend == "horovod" and int(cfg.opt.gradient_accumulation_frequency) > 1:
-        raise SciperfError("opt.gradient_accumulation_frequency > 1 is not supported with "
-                           "distributed.backend=horovod; use distributed.backend=native")
     if model.batchnorm_group_size != 1:
         raise SciperfError("model.batchnorm_group_size > 1 (SyncBN groups) is not supported; "
                            "use 1 (per-rank BN, statistics averaged after each epoch)")

@@ -56,6 +56,10 @@ class Comm:
             return torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=ids, broadcast_buffers=broadcast_buffers)
         if self.hvd is not None:
+            # Horovod's collectives take dense tensors only: weights go back to the default
+            # layout (their .grad follows it). Inputs stay channels-last, and the conv
+            # kernels still pick the channels-last path when the input is channels-last.
+            model.to(memory_format=torch.contiguous_format)
             self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model
 
