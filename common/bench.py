@@ -133,6 +133,31 @@ def deepcam_input_case(height: int, width: int, fmt: str, root: Path,
             "MB_per_s": round(mb / seconds, 1)}
 
 
+def deepcam_dali_case(height: int, width: int, root: Path, n: int) -> dict[str, Any]:
+    """Samples/s of the DALI pipeline over the DeepCAM npy format (read, normalise, batch:
+    what `data.loader=dali` feeds the frameworks), pipeline build included."""
+    from sciperf.data import dali
+    from sciperf.data import deepcam as dc
+
+    row: dict[str, Any] = {"format": "npy", "loader": "dali", "input_size": [height, width]}
+    if not dali.available():
+        return {**row, "skipped": dali.MISSING}
+    folder = _deepcam_dataset(root, height, width, "npy", n)
+    files = dc.list_samples(folder, "train", "npy", n)
+    start = time.perf_counter()
+    p = dali.plan(files, 4, 0, True, workload="deepcam", root=folder,
+                  shape=(height, width, 16))
+    pipe = dali.build_pipeline(p, 0)
+    pipe.build()
+    count = 0
+    for _ in range(p.steps):
+        x, _y = pipe.run()
+        count += int(x.as_array().shape[0])
+    seconds = time.perf_counter() - start
+    return {**row, "samples": count, "seconds": round(seconds, 3),
+            "samples_per_s": round(count / seconds, 2)}
+
+
 def deepcam_bench(frameworks: list[str], extra: list[str], root: Path,
                   result: dict[str, Any]) -> None:
     """DeepCAM: training samples/s (mini, full) per framework/precision, hdf5 vs npy input."""
@@ -149,6 +174,10 @@ def deepcam_bench(frameworks: list[str], extra: list[str], root: Path,
             result["input"].append(row)
             print(f"input {fmt:<8} {h}×{w} {row['samples_per_s']:8.2f} samples/s "
                   f"({row['MB_per_s']} MB/s on disk)", flush=True)
+        row = deepcam_dali_case(h, w, root, n)
+        result["input"].append(row)
+        print(f"input npy/dali {h}×{w} {row.get('samples_per_s', row.get('skipped'))} "
+              "samples/s", flush=True)
 
 
 def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
