@@ -2,10 +2,11 @@
 
 Weighted cross-entropy (mean over pixels) in fp32, per-sample IoU, Adam/AdamW/LAMB with
 the spec's LR applied at every optimizer step, gradient accumulation, BN running
-statistics averaged over ranks after each epoch, bf16 autocast and channels-last memory
-from ``runtime`` (the model stays single-device and precision-agnostic). Input: the common
-prefetching loader (``data.loader=native``) or DALI (``data.loader=dali``, npy only), the
-same batches either way (``input_functions``).
+statistics averaged over ranks after each epoch, optional SyncBN groups
+(``model.batchnorm_group_size``: BN statistics of G consecutive ranks, from ``syncbn``),
+bf16 autocast and channels-last memory from ``runtime`` (the model stays single-device and
+precision-agnostic). Input: the common prefetching loader (``data.loader=native``) or DALI
+(``data.loader=dali``, npy only), the same batches either way (``input_functions``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sciperf_pytorch.base import TorchBackendBase
 from sciperf_pytorch.distributed import Comm
 from sciperf_pytorch.models.deepcam import DeepCam, export_weights, import_weights
 from sciperf_pytorch.optim import deepcam_optimizer
+from sciperf_pytorch.syncbn import convert_batchnorm
 
 
 def make_loader(files: list[Path], root: str, fmt: str, model: spec.ModelSpec, batch: int,
@@ -97,10 +99,11 @@ class DeepCamBackend(TorchBackendBase):
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
         self.model_spec = spec.ModelSpec(**cfg.model)
-        _check_config(cfg, self.model_spec)
+        _check_config(cfg, self.model_spec, ctx.info.world)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s)
-        self.model = DeepCam(self.model_spec).to(self.device)
+        self.model = sync_batchnorm(DeepCam(self.model_spec).to(self.device), self.comm,
+                                    self.model_spec.batchnorm_group_size)
         if cfg.framework.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         if cfg.train.init_weights:
@@ -197,13 +200,35 @@ class DeepCamBackend(TorchBackendBase):
         return export_weights(self.model)
 
 
-def _check_config(cfg, model: spec.ModelSpec) -> None:
+def sync_batchnorm(model: DeepCam, comm: Comm, group_size: int) -> DeepCam:
+    """SyncBN groups: every BatchNorm's training statistics over `group_size` consecutive
+    ranks (the reference's ``batchnorm_group_size``); 1 keeps plain per-rank BatchNorm."""
+    if group_size == 1:
+        return model
+    return convert_batchnorm(model, comm.subgroup(group_size))
+
+
+def _check_config(cfg, model: spec.ModelSpec, world: int) -> None:
     """Choices the schema cannot restrict, as one line naming the key."""
     try:
         model.check()
         spec.check_optimizer(cfg.opt)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
-    if model.batchnorm_group_size != 1:
-        raise SciperfError("model.batchnorm_group_size > 1 (SyncBN groups) is not supported; "
-                           "use 1 (per-rank BN, statistics averaged after each epoch)")
+    _check_group_size(model.batchnorm_group_size, world, cfg.distributed.backend)
+
+
+def _check_group_size(size: int, world: int, backend: str) -> None:
+    """SyncBN groups partition the ranks, so G must divide the world: a single process
+    with G > 1 is refused (silently training with per-rank BN would log a group size the
+    run never had). Horovod runs have no process groups here."""
+    key = f"model.batchnorm_group_size={size}"
+    if size < 1:
+        raise SciperfError(f"{key} must be >= 1 (1: per-rank BatchNorm)")
+    if size > 1 and backend == "horovod":
+        raise SciperfError(f"{key}: SyncBN groups need distributed.backend=native "
+                           f"(not supported under Horovod); use 1 or the native backend")
+    if world % size:
+        raise SciperfError(f"{key}: BatchNorm statistics are shared by groups of {size} "
+                           f"consecutive ranks, so the rank count must divide by {size}; "
+                           f"this run has {world} (1: per-rank BatchNorm)")

@@ -76,6 +76,28 @@ class Comm:
         self.hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         return wrapped
 
+    def subgroup(self, size: int) -> dist.ProcessGroup:
+        """This rank's group of `size` consecutive ranks: [0..size-1], [size..2·size-1], …
+
+        ``new_group`` is collective over the whole world, so every rank creates every
+        group, in the same order, and keeps its own. A group the size of the world is
+        still a new one: its collectives (SyncBN statistics inside forward and backward)
+        then never interleave with DDP's gradient all-reduces on the default group.
+        Native backend only (Horovod has no process groups here).
+        """
+        if self.kind != "native" or not self.active:
+            raise SciperfError(f"rank groups of {size} need distributed.backend=native "
+                               f"and more than one rank")
+        world = self.info.world
+        if size < 1 or world % size:
+            raise SciperfError(f"a rank group of {size} does not divide the {world} ranks")
+        mine = None
+        for first in range(0, world, size):
+            group = dist.new_group(list(range(first, first + size)))
+            if first <= self.info.rank < first + size:
+                mine = group
+        return mine
+
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (float64 on the host)."""
         if not self.active:

@@ -279,5 +279,6 @@ def _check_config(cfg, model: spec.ModelSpec) -> None:
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
     if model.batchnorm_group_size != 1:
-        raise SciperfError("model.batchnorm_group_size > 1 (SyncBN groups) is not supported; "
-                           "use 1 (per-rank BN, statistics averaged after each epoch)")
+        raise SciperfError("model.batchnorm_group_size > 1 (SyncBN groups) is not supported "
+                           "by the TensorFlow backend; use framework=pytorch (which has "
+                           "them) or 1 (per-rank BN, statistics averaged after each epoch)")
