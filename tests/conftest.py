@@ -47,3 +47,34 @@ def tiny_mini_data(tmp_path_factory, sciperf_cmd) -> Path:
                     "data.train_samples=64", "data.eval_samples=32"],
                    check=True, capture_output=True)
     return root
+
+
+DALI_MISSING = "nvidia-dali-cuda120 not installed (containers/install.sh --dali)"
+
+
+@pytest.fixture(scope="session")
+def torch_dali():
+    """sciperf_pytorch.dali, or a skip naming what is missing."""
+    pytest.importorskip("torch")
+    from sciperf.data import dali
+    if not dali.available():
+        pytest.skip(DALI_MISSING)
+    from sciperf_pytorch import dali as pt_dali
+
+    return pt_dali
+
+
+@pytest.fixture(scope="session")
+def tf_dali():
+    """sciperf_tensorflow.dali (needs DALI's TensorFlow plugin), or a skip naming why not."""
+    pytest.importorskip("tensorflow")
+    from sciperf.data import dali
+    if not dali.available():
+        pytest.skip(DALI_MISSING)
+    try:
+        import nvidia.dali.plugin.tf  # noqa: F401
+    except (ImportError, RuntimeError) as exc:
+        pytest.skip(f"nvidia-dali-tf-plugin-cuda120 not usable: {str(exc).splitlines()[0]}")
+    from sciperf_tensorflow import dali as tf_dali
+
+    return tf_dali

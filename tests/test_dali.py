@@ -77,30 +77,6 @@ def check_pairs(batches, samples, by_label) -> list[int]:
     return order
 
 
-@pytest.fixture(scope="module")
-def torch_dali():
-    pytest.importorskip("torch")
-    if not dali_spec.available():
-        pytest.skip("nvidia-dali-cuda120 not installed (containers/install.sh --dali)")
-    from sciperf_pytorch import dali as pt_dali
-
-    return pt_dali
-
-
-@pytest.fixture(scope="module")
-def tf_dali():
-    pytest.importorskip("tensorflow")
-    if not dali_spec.available():
-        pytest.skip("nvidia-dali-cuda120 not installed (containers/install.sh --dali)")
-    try:
-        import nvidia.dali.plugin.tf  # noqa: F401
-    except (ImportError, RuntimeError) as exc:
-        pytest.skip(f"nvidia-dali-tf-plugin-cuda120 not usable: {str(exc).splitlines()[0]}")
-    from sciperf_tensorflow import dali as tf_dali
-
-    return tf_dali
-
-
 def to_ndhwc(batches) -> list[tuple[np.ndarray, np.ndarray]]:
     """Framework batches as numpy NDHWC (PyTorch's NCDHW view permuted back)."""
     out = []

@@ -108,30 +108,6 @@ def eval_catalog(root, eval_files) -> Catalog:
     return Catalog(root, eval_files)
 
 
-@pytest.fixture(scope="module")
-def torch_dali():
-    pytest.importorskip("torch")
-    if not dali_spec.available():
-        pytest.skip(NO_DALI)
-    from sciperf_pytorch import dali as pt_dali
-
-    return pt_dali
-
-
-@pytest.fixture(scope="module")
-def tf_dali():
-    pytest.importorskip("tensorflow")
-    if not dali_spec.available():
-        pytest.skip(NO_DALI)
-    try:
-        import nvidia.dali.plugin.tf  # noqa: F401
-    except (ImportError, RuntimeError) as exc:
-        pytest.skip(f"nvidia-dali-tf-plugin-cuda120 not usable: {str(exc).splitlines()[0]}")
-    from sciperf_tensorflow import dali as tf_dali
-
-    return tf_dali
-
-
 def to_nhwc(batches) -> list[tuple[np.ndarray, np.ndarray]]:
     """Framework batches as numpy NHWC (PyTorch's NCHW view permuted back)."""
     out = []
