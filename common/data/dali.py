@@ -336,6 +336,18 @@ def _header_shape(path: Path, dtype: type, ndim: int | None = None,
     return tuple(int(s) for s in arr.shape)
 
 
+def deepcam_loader(make: Callable[..., Any], device_id: int | None, files: Sequence[Path],
+                   root: str, fmt: str, model: Any, batch: int, seed: int, shuffle: bool,
+                   prefetch: int, remainder: str) -> Any:
+    """A framework's DALI loader for DeepCAM through its `make` (``make_dali_loader``),
+    with the native ``make_loader``'s arguments: this rank's own files (the driver's uneven
+    shard, so DALI does not shard again), normalised by `root`/stats.h5, `remainder` as the
+    native loader's."""
+    shape = (model.height, model.width, model.in_channels)
+    return make(files, batch, seed, shuffle, 0, 1, device_id, fmt=fmt, prefetch=prefetch,
+                shape=shape, workload="deepcam", root=root, remainder=remainder)
+
+
 def build_pipeline(p: DaliPlan, epoch: int) -> Any:
     """The (unbuilt) DALI pipeline of one epoch: outputs ``x`` float32 (batch, *sample
     shape) after the plan's transform and ``y`` (batch, *label shape) as stored, on the GPU

@@ -112,16 +112,10 @@ def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int,
                             prefetch=prefetch, shape=tuple(shape))
 
 
-def make_deepcam_loader(files: list[Path], root: str, fmt: str, model: Any, batch: int,
-                        seed: int, shuffle: bool, prefetch: int,
-                        remainder: str) -> DaliLoader:
-    """Drop-in for ``sciperf_tensorflow.deepcam.make_loader``: this rank's own files (the
-    driver's uneven shard, so DALI does not shard again), normalised by `root`/stats.h5,
-    `remainder` as the native loader's; DALI on this process's device."""
-    shape = (model.height, model.width, model.in_channels)
-    return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
-                            prefetch=prefetch, shape=shape, workload="deepcam", root=root,
-                            remainder=remainder)
+def make_deepcam_loader(*args: Any, **kwargs: Any) -> DaliLoader:
+    """Drop-in for ``sciperf_tensorflow.deepcam.make_loader`` (same arguments; see
+    ``sciperf.data.dali.deepcam_loader``), DALI on this process's device."""
+    return dali_spec.deepcam_loader(make_dali_loader, default_device_id(), *args, **kwargs)
 
 
 def batches(loader: DaliLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
