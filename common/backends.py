@@ -1,7 +1,9 @@
 """Framework backends, found through the `sciperf.backends` entry-point group.
 
-No if/else on framework names: installing `sciperf_pytorch` or `sciperf_tensorflow`
-registers its backend; `sciperf` itself never imports a framework.
+No if/else on framework or workload names: installing `sciperf_pytorch` or
+`sciperf_tensorflow` registers its workload registry (the package's ``workloads`` module,
+whose ``BACKENDS`` maps a workload name to ``"module:Class"``, imported only when used);
+`sciperf` itself never imports a framework.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+import importlib
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
+from sciperf.workloads.base import Workload
 
 GROUP = "sciperf.backends"
 
@@ -24,7 +28,7 @@ class RunContext:
     """What the framework-neutral driver hands a backend: the resolved plan for this rank."""
 
     cfg: Any
-    spec: Any
+    workload: Workload
     train_files: list[Path]
     eval_files: list[Path]
     local_batch: int
@@ -126,13 +130,9 @@ def available() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
-def load_backend(name: str, benchmark: str | None = None) -> Backend:
-    """Instantiate backend `name` (for `benchmark`, when the framework implements that
-    workload in its own Backend class), or say which exist and how to install the missing one.
-
-    A framework's entry-point class may define ``for_benchmark(benchmark) -> type``; the
-    driver stays workload-generic and each framework keeps one registered entry point.
-    """
+def load_registry(name: str) -> Any:
+    """The workload registry module of framework `name`, or say which frameworks are
+    installed and how to install the missing one."""
     eps = available()
     if name not in eps:
         have = ", ".join(sorted(eps)) or "none"
@@ -141,9 +141,30 @@ def load_backend(name: str, benchmark: str | None = None) -> Backend:
             f"install frameworks/{name} (see README)"
         )
     try:
-        cls = eps[name].load()
+        return eps[name].load()
     except ImportError as exc:
         raise SciperfError(f"framework '{name}' failed to import: {exc}") from exc
-    if benchmark is not None and hasattr(cls, "for_benchmark"):
-        cls = cls.for_benchmark(benchmark)
-    return cls()
+
+
+def implemented(name: str) -> tuple[str, ...]:
+    """The workloads framework `name` implements (its registry's keys)."""
+    return tuple(load_registry(name).BACKENDS)
+
+
+def backend_class(name: str, workload: str) -> type[Backend]:
+    """The Backend class of `workload` in framework `name`; a framework that lacks the
+    workload says so in one line."""
+    registry = load_registry(name).BACKENDS
+    if workload not in registry:
+        raise SciperfError(f"{name} does not implement {workload} "
+                           f"(has: {', '.join(registry) or 'nothing'})")
+    module, _, cls = registry[workload].partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ImportError as exc:
+        raise SciperfError(f"framework '{name}' failed to import {module}: {exc}") from exc
+
+
+def load_backend(name: str, workload: str) -> Backend:
+    """A fresh backend of `workload` in framework `name`."""
+    return backend_class(name, workload)()

@@ -1,7 +1,7 @@
 """`sciperf <verb> key=value …`: the one console command.
 
 Verbs take Hydra overrides. User errors end in one line on stderr and exit code 2
-(DESIGN.md rule 10); `--debug` (or SCIPERF_DEBUG=1) shows the traceback instead.
+(docs/architecture.md, rule 10); `--debug` (or SCIPERF_DEBUG=1) shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _cfg(args: argparse.Namespace):
 
 @verb("prepare", "generate (data.source=synthetic) or verify the dataset")
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from sciperf.prepare import prepare
+    from sciperf.tools.prepare import prepare
     prepare(_cfg(args), force=args.force)
     return 0
 
@@ -53,8 +53,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 @verb("check", "run the official MLPerf compliance checker (hpc 3.0.0) on result logs "
                "or run directories (several instances: also their throughput)")
 def cmd_check(args: argparse.Namespace) -> int:
-    from sciperf.check import check_log, result_files
-    from sciperf.throughput import throughput
+    from sciperf.results.check import check_log, result_files
+    from sciperf.results.throughput import throughput
     if not args.overrides:
         raise SciperfError("usage: sciperf check RESULT_FILE|RUN_DIR […] [--ruleset 2.0.0]")
     ok = True
@@ -72,7 +72,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 @verb("score", "MLPerf HPC scores of result logs (olympic time to solution, throughput "
                "TTTa) grouped by system/benchmark/mode, with the rules' verdict")
 def cmd_score(args: argparse.Namespace) -> int:
-    from sciperf.score import score, score_table
+    from sciperf.results.score import score, score_table
     if not args.overrides:
         raise SciperfError("usage: sciperf score RESULT_DIR|RESULT_FILE [...] [--json]")
     scores = score(args.overrides, ruleset=args.ruleset)
@@ -86,8 +86,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 @verb("package", "arrange run directories into the official submission tree "
                  "(results/<system>/{strong,weak}/<benchmark>/, systems/<system>.json)")
 def cmd_package(args: argparse.Namespace) -> int:
-    from sciperf.package import package
-    from sciperf.score import score, score_table
+    from sciperf.results.package import package
+    from sciperf.results.score import score, score_table
     dest = package(args.overrides, args.system, args.out or "submission")
     for folder in sorted((dest / "results").glob("*/*/*")):
         count = len(list(folder.glob("result_*.txt")))
@@ -100,7 +100,7 @@ def cmd_package(args: argparse.Namespace) -> int:
 @verb("report", "Markdown + PNG + HTML report comparing runs (scores, time breakdown, "
                 "convergence curves, scaling); --out REPORT_DIR")
 def cmd_report(args: argparse.Namespace) -> int:
-    from sciperf.report import report
+    from sciperf.results.report import report
     if not args.overrides:
         raise SciperfError("usage: sciperf report RESULT_DIR|RESULT_FILE [...] [--out DIR]")
     out = report(args.overrides, args.out or "report", ruleset=args.ruleset)
@@ -112,7 +112,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 @verb("characterize", "FLOPs/sample, bytes read, all-reduce bytes, arithmetic intensity; "
                       "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
 def cmd_characterize(args: argparse.Namespace) -> int:
-    from sciperf.characterize import characterize, load_run, table, write_outputs
+    from sciperf.tools.characterize import characterize, load_run, table, write_outputs
     from sciperf.config import compose
     runs = [o.split("=", 1)[1] for o in args.overrides if o.startswith("run=")]
     overrides = [o for o in args.overrides if not o.startswith("run=")]
@@ -128,8 +128,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
-    from sciperf.check import check_log
-    from sciperf.prepare import prepare
+    from sciperf.results.check import check_log
+    from sciperf.tools.prepare import prepare
     from sciperf.train import train
     cfg = _cfg(args)
     prepare(cfg, force=args.force)
@@ -144,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @verb("compare", "side-by-side table of runs' summaries (e.g. PyTorch vs TensorFlow)")
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sciperf.compare import compare_table
+    from sciperf.results.compare import compare_table
     print(compare_table(args.overrides))
     return 0
 
@@ -168,7 +168,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 @verb("bench", "measure training and input throughput; writes JSON (see `make bench`)")
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sciperf.bench import bench
+    from sciperf.tools.bench import bench
     return bench(args.overrides)
 
 

@@ -1,7 +1,8 @@
 """Hydra composition: schema, config groups, and one-line errors for bad overrides.
 
 The primary config and most groups are YAML under ``configs/``; the `workload` group is
-generated from ``sciperf.workloads`` so benchmark numbers are never retyped in YAML.
+generated from each workload's contract (``sciperf.workloads``) so benchmark numbers are
+never retyped in YAML.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sciperf.errors import SciperfError
-from sciperf.workloads import WORKLOADS, get_spec
+from sciperf.workloads import DEFAULT, WORKLOADS, get
 
 PRECISIONS = ("fp32", "bf16")
 CHOICES = {  # values the schema's str type cannot restrict
@@ -61,7 +62,7 @@ class TrainConfig:
 
 @dataclass
 class SystemConfig:
-    """Site facts; org/platform feed the MLLOG submission keys (DESIGN.md rule 8)."""
+    """Site facts; org/platform feed the MLLOG submission keys (docs/architecture.md, rule 8)."""
 
     name: str = "local"
     submission_org: str = "sciperf"
@@ -113,7 +114,7 @@ class MllogConfig:
 class RootConfig:
     """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
 
-    benchmark: str = "cosmoflow"
+    benchmark: str = DEFAULT
     experiment: str = "mini"
     seed: int = 0
     precision: str = "fp32"
@@ -150,7 +151,7 @@ def _register() -> None:
     store = ConfigStore.instance()
     store.store(name="sciperf_schema", node=RootConfig)
     for name in WORKLOADS:
-        store.store(group="workload", name=name, node=get_spec(name).default_config(),
+        store.store(group="workload", name=name, node=get(name).default_config(),
                     package="_global_")
 
 
@@ -198,12 +199,12 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise SciperfError(f"{key}={value} is not one of {', '.join(choices)}")
-    spec = get_spec(cfg.benchmark)
-    if cfg.data.format not in spec.DATA_FORMATS:
+    workload = get(cfg.benchmark)
+    if cfg.data.format not in workload.formats:
         raise SciperfError(
-            f"data.format={cfg.data.format} is not one of {', '.join(spec.DATA_FORMATS)}"
+            f"data.format={cfg.data.format} is not one of {', '.join(workload.formats)}"
         )
-    for section, cls in (("model", spec.ModelSpec), ("opt", spec.OptimizerSpec)):
+    for section, cls in (("model", workload.model), ("opt", workload.optimizer)):
         known = set(cls.__dataclass_fields__)
         unknown = set(cfg[section]) - known
         if unknown:

@@ -2,7 +2,7 @@
 
 Errors a user can cause (bad override, missing file, corrupt sample, …) are raised as
 :class:`SciperfError`; the CLI prints them as one line and exits non-zero instead of a
-traceback wall (DESIGN.md rule 10).
+traceback wall (docs/architecture.md, rule 10).
 """
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sciperf import __version__
-from sciperf.backends import available, load_backend
-from sciperf.bench import machine
+from sciperf.backends import available, load_registry
 from sciperf.errors import SciperfError
 
 #: Where a container image records what it was built from (containers/image_versions.py
@@ -70,9 +69,24 @@ def info() -> dict[str, Any]:
     backends: dict[str, Any] = {}
     for name in sorted(available()):
         try:
-            backends[name] = load_backend(name).info()
+            backends[name] = load_registry(name).versions()
         except SciperfError as exc:
             backends[name] = {"error": str(exc)}
     return {"sciperf": __version__, "git": git_hash(), "python": platform.python_version(),
             "packages": pkgs, "backends": backends, "image": image_info(),
             "machine": machine()}
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores and ISA flags relevant to bf16 (AMX/AVX-512)."""
+    model, flags = platform.processor(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "cores": len(os.sched_getaffinity(0)), "host": platform.node(),
+            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 def scaled_peak_lr(base_lr: float, global_batch_size: int, base_batch_size: int,
                    scaling: str = "linear") -> float:
-    """Peak LR after batch-size scaling (CosmoFlow: linear, optional sqrt, or none)."""
+    """Peak LR after batch-size scaling: linear, sqrt, or none."""
     ratio = global_batch_size / base_batch_size
     if scaling == "linear":
         return base_lr * ratio
@@ -23,7 +23,7 @@ def scaled_peak_lr(base_lr: float, global_batch_size: int, base_batch_size: int,
     raise ValueError(f"opt.scaling={scaling} is not one of linear, sqrt, none")
 
 
-def cosmoflow_lr(epoch: int, base_lr: float, peak_lr: float, warmup_epochs: int,
+def epoch_warmup_step_lr(epoch: int, base_lr: float, peak_lr: float, warmup_epochs: int,
                  boundaries: Sequence[int], factors: Sequence[float]) -> float:
     """LR of 0-indexed `epoch`: linear warmup from base to peak, then absolute step factors.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import json
 import os
 import platform
@@ -28,10 +27,11 @@ from sciperf.data.staging import StageReport, rank_share, stage_files, stage_roo
 from sciperf.distributed import RankInfo, discover, split_instances
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash, image_info
-from sciperf.mllog import MLLogger
+from sciperf.results.mllog import MLLogger
 from sciperf.progress import fmt_duration
 from sciperf.weights import save_npz
-from sciperf.workloads import get_spec
+from sciperf.workloads import get
+from sciperf.workloads.base import Workload
 
 RESULT_FILE = "result_0.txt"
 SUMMARY_FILE = "summary.json"
@@ -79,20 +79,20 @@ class FilePlan:
     eval_samples: int
 
 
-def resolve_files(cfg: Any, info: RankInfo, spec: Any) -> FilePlan:
+def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> FilePlan:
     """This rank's train/eval files and local batch, after the workload's sharding checks.
 
     Unstaged: the strided shard `rank` of `world` of the shared files. Staged: the node's
-    strided share, then the local rank's (SPEC.md) — the files this rank stages. With the
-    workload's UNEVEN_SHARDS (DeepCAM) every rank keeps ⌊n/world⌋ training files, so all
-    run the same number of steps, and validation shards may differ by one file.
+    strided share, then the local rank's (docs/architecture.md, "Staging") — the files this
+    rank stages. With ``sharding="uneven"`` every rank keeps ⌊n/world⌋ training files, so
+    all run the same number of steps, and validation shards may differ by one file.
     """
     world = info.world
     local_batch = local_batch_size(cfg.train.global_batch_size, world)
-    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
-    train = data.list_samples(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
-    evals = data.list_samples(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
-    uneven = bool(getattr(spec, "UNEVEN_SHARDS", False))
+    listing = workload.dataset.list_samples
+    train = listing(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
+    evals = listing(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
+    uneven = workload.sharding == "uneven"
     if uneven:
         check_uneven(len(train), world, local_batch, "data.train_samples", full_batches=True)
         check_uneven(len(evals), world, local_batch, "data.eval_samples", full_batches=False)
@@ -109,17 +109,17 @@ def resolve_files(cfg: Any, info: RankInfo, spec: Any) -> FilePlan:
     return FilePlan(mine_train, mine_eval, local_batch, len(train), len(evals))
 
 
-def stage(cfg: Any, info: RankInfo, files: list[list[Path]],
-          mll: MLLogger) -> tuple[list[list[Path]], StageReport | None]:
+def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
+          workload: Workload) -> tuple[list[list[Path]], StageReport | None]:
     """Copy this rank's files to `data.stage_dir` (MLLOG staging_start/stop around it)
     and return their node-local paths; unchanged lists when staging is off."""
     if not cfg.data.stage_dir:
         return files, None
-    data = importlib.import_module(f"sciperf.data.{cfg.benchmark}")
+    sample_files = workload.dataset.sample_files
     src = Path(cfg.data.dir)
     root = stage_root(cfg.data.stage_dir, src, cfg.benchmark,
                       info.instance if info.instances > 1 else None)
-    sources = [f for group in files for p in group for f in data.sample_files(p, cfg.data.format)]
+    sources = [f for group in files for p in group for f in sample_files(p, cfg.data.format)]
     mll.start("staging_start")
     report = stage_files(sources, src, root, workers=int(cfg.data.stage_workers),
                          verify=cfg.data.stage_verify, progress=info.rank == 0)
@@ -142,13 +142,11 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     cfg = instance_config(cfg, info)
     rank, world = info.rank, info.world
     image = image_info()  # a bad $SCIPERF_IMAGE_INFO fails here, before anything is written
-    spec = get_spec(cfg.benchmark)
-    check_run = getattr(spec, "check_run", None)
-    if check_run is not None:  # rules a finished log would fail: refused before it starts
-        try:
-            check_run(cfg)
-        except ValueError as exc:
-            raise SciperfError(str(exc)) from None
+    workload = get(cfg.benchmark)
+    try:  # rules a finished log would fail: refused before it starts
+        workload.check_run(cfg)
+    except ValueError as exc:
+        raise SciperfError(str(exc)) from None
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
@@ -156,12 +154,12 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     t0 = time.time()
     git_hash()  # resolved now (cached), not on the abort path where time is short
     mll.init_start()
-    mll.submission(spec.NAME, cfg.system, nodes=info.nodes)
+    mll.submission(workload.name, cfg.system, nodes=info.nodes)
     state, backend, run_start = RunState(world=world, image=image), None, None
     try:
         backend = load_backend(cfg.framework.name, cfg.benchmark)
-        plan = resolve_files(cfg, info, spec)
-        mll.hyperparameters(spec.mllog_hyperparameters(cfg, plan.train_samples,
+        plan = resolve_files(cfg, info, workload)
+        mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
                                                        plan.eval_samples))
         mll.event("seed", int(cfg.seed))
         staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
@@ -170,15 +168,15 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
             run_start = time.time()
             mll.start("run_start")
         (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
-                                                         mll)
-        backend.setup(RunContext(cfg, spec, train_files, eval_files, plan.local_batch, info))
+                                                         mll, workload)
+        backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
         if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
             mll.end("init_stop")
         backend.barrier()
         if not staged_in_run:
             run_start = time.time()
             mll.start("run_start")
-        _loop(cfg, spec, backend, mll, state, rank)
+        _loop(cfg, workload, backend, mll, state, rank)
         backend.barrier()
         if cfg.train.save_weights:
             save_npz(out / weights_file(info), backend.export_weights())
@@ -186,14 +184,14 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         with _shielded():
             if run_start is not None:
                 mll.run_stop(False, state.epochs)
-            _write_summary(out, cfg, spec, backend, state, "error", t0, run_start, info)
+            _write_summary(out, cfg, workload, backend, state, "error", t0, run_start, info)
             mll.close()
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
     backend.close()
     status = "success" if state.success else "aborted"
-    return _write_summary(out, cfg, spec, backend, state, status, t0, run_start, info)
+    return _write_summary(out, cfg, workload, backend, state, status, t0, run_start, info)
 
 
 @contextlib.contextmanager
@@ -221,13 +219,13 @@ def instance_config(cfg: Any, info: RankInfo) -> Any:
     return cfg
 
 
-def _loop(cfg: Any, spec: Any, backend: Any, mll: MLLogger, state: RunState, rank: int) -> None:
+def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunState, rank: int) -> None:
     """Epochs until the target is met or train.max_epochs is spent."""
     max_epochs = int(cfg.train.max_epochs)
     loop_start = time.time()
     for epoch in range(max_epochs):
         num = epoch + 1  # MLLOG epoch_num is 1-based, as in the reference logs
-        lr = spec.lr_for_epoch(cfg, epoch)
+        lr = workload.lr_for_epoch(cfg, epoch)
         mll.start("epoch_start", metadata={"epoch_num": num})
         result: EpochResult = backend.train_epoch(epoch, lr)
         mll.end("epoch_stop", metadata={"epoch_num": num})
@@ -236,21 +234,21 @@ def _loop(cfg: Any, spec: Any, backend: Any, mll: MLLogger, state: RunState, ran
         metric = float(backend.evaluate())
         eval_s = time.time() - t_eval
         mll.end("eval_stop", metadata={"epoch_num": num})
-        mll.event(spec.METRIC_KEY, metric, metadata={"epoch_num": num})
+        mll.event(workload.metric.key, metric, metadata={"epoch_num": num})
         state.epochs, state.metric = num, metric
         state.train_samples_seen += result.samples * state.world
         state.train_seconds += result.seconds
         state.history.append({"epoch": num, "lr": lr, "loss": result.loss, "metric": metric,
                               "train_s": result.seconds, "eval_s": eval_s,
                               "wall_s": time.time() - loop_start})
-        state.success = spec.reached(metric, cfg.train.target)
+        state.success = workload.reached(metric, cfg.train.target)
         if rank == 0:
-            _epoch_line(cfg, spec, state, result, eval_s, max_epochs, loop_start)
+            _epoch_line(cfg, workload, state, result, eval_s, max_epochs, loop_start)
         if state.success:
             return
 
 
-def _epoch_line(cfg: Any, spec: Any, state: RunState, result: EpochResult, eval_s: float,
+def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResult, eval_s: float,
                 max_epochs: int, loop_start: float) -> None:
     """One progress line per epoch: loss, metric vs target, throughput, ETA to max_epochs."""
     elapsed = time.time() - loop_start
@@ -258,18 +256,18 @@ def _epoch_line(cfg: Any, spec: Any, state: RunState, result: EpochResult, eval_
     rate = result.samples * state.world / max(result.seconds, 1e-9)
     mark = " <= target" if state.success else ""
     print(f"epoch {state.epochs:3d}/{max_epochs} loss {result.loss:.4f} "
-          f"{spec.METRIC_KEY} {state.metric:.4f} (target {cfg.train.target}){mark} "
+          f"{workload.metric.key} {state.metric:.4f} (target {cfg.train.target}){mark} "
           f"| {rate:.1f} samples/s train, eval {eval_s:.1f}s "
           f"| elapsed {fmt_duration(elapsed)}, ETA ≤ {fmt_duration(eta)}", flush=True)
 
 
-def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState, status: str,
+def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state: RunState, status: str,
                    t0: float, run_start: float | None, info: RankInfo) -> dict[str, Any]:
     """summary.json: the machine-readable outcome (written by rank 0, atomically)."""
     end = time.time()
     summary = {
         "status": status,
-        "benchmark": spec.NAME,
+        "benchmark": workload.name,
         "framework": cfg.framework.name,
         "experiment": cfg.experiment,
         "precision": cfg.precision,
@@ -281,7 +279,7 @@ def _write_summary(out: Path, cfg: Any, spec: Any, backend: Any, state: RunState
         "init_s": (run_start or end) - t0,
         "samples_per_s": state.train_samples_seen / state.train_seconds
         if state.train_seconds else None,
-        "metric_name": spec.METRIC_KEY,
+        "metric_name": workload.metric.key,
         "final_metric": state.metric,
         "target": float(cfg.train.target),
         "target_reached": state.success,

@@ -1,9 +1,13 @@
-"""The framework-neutral weight file and the ONE generic weight mapper (DESIGN.md rule 3).
+"""The framework-neutral weight file and the ONE generic weight mapper.
+
+docs/architecture.md, rule 3.
 
 A weight file is an ``.npz`` whose entries are named ``"<layer>/<param>"`` with the
 canonical layer names of the spec (``conv0``…, ``dense0``…, from
 ``ModelSpec.layer_shapes()``) and ``param`` ∈ {``kernel``, ``bias``} — plus ``gamma``,
-``beta``, ``moving_mean``, ``moving_variance`` for normalisation/affine layers. Kernels are
+``beta``, ``moving_mean``, ``moving_variance`` for normalisation/affine layers (layer norms:
+``gamma``, ``beta``) and ``embeddings`` for embedding tables (entries × dim, no
+transpose; attention projections are dense layers). Kernels are
 stored in the Keras layout: conv ``(k…, in, out)``, dense ``(in, out)``, depthwise
 ``(k…, channels, 1)``, transposed conv (deconv) ``(k…, out, in)``.
 
@@ -24,10 +28,11 @@ import numpy as np
 
 from sciperf.errors import SciperfError
 
-KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine")
+KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine", "embedding", "layernorm")
 LAYOUTS = ("keras", "torch")
-PARAMS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance")
-SCALE_KINDS = ("norm", "affine")  # layers whose torch weight/bias are a scale γ and shift β
+PARAMS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance", "embeddings")
+# layers whose torch weight/bias are a scale γ and shift β
+SCALE_KINDS = ("norm", "affine", "layernorm")
 # Framework parameter name → canonical parameter name, per layout.
 PARAM_NAMES = {
     "keras": {p: p for p in PARAMS},
@@ -43,6 +48,8 @@ def canonical_name(layer: str, param: str, layout: str, kind: str = "conv") -> s
     names = PARAM_NAMES[_check(layout, LAYOUTS, "layout")]
     if layout == "torch" and kind in SCALE_KINDS:
         names = TORCH_SCALE_NAMES
+    elif layout == "torch" and kind == "embedding":
+        names = {"weight": "embeddings"}  # (entries, dim) in both layouts: no transpose
     if param not in names:
         raise SciperfError(f"{layer}.{param}: not a {layout} parameter name "
                            f"(expected one of {', '.join(names)})")

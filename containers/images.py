@@ -4,7 +4,7 @@
     python containers/images.py --check  # exit 1 naming each file that differs (tests, lint)
 
 Four Dockerfiles and four .def files would otherwise be hand-kept near-copies that drift
-(DESIGN.md rule 9). Here one table says what differs between images (base image, install
+(docs/architecture.md, rule 9). Here one table says what differs between images (base image, install
 flags, where Python lives) and one template says everything else, so every image installs
 through containers/install.sh — the script `make setup`/`make test` use — and every .def is
 built FROM its Docker image (a saved archive), never a second install. The committed files

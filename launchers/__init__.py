@@ -1,6 +1,6 @@
 """sciperf's launcher layer: `sciperf launch` renders, writes and submits or starts a job.
 
-Pieces (DESIGN.md rule 7): a launcher (`launcher.py`) turns the allocation into words, a
+Pieces (docs/architecture.md, rule 7): a launcher (`launcher.py`) turns the allocation into words, a
 container (`container.py`) wraps the program, the system config supplies site facts, and
 `compose.command` puts them together in the order launcher → container → program.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sciperf.errors import SciperfError
-from sciperf.throughput import throughput
+from sciperf.results.throughput import throughput
 
 from .compose import Plan, Program, command, default_program, plan
 from .container import CONTAINERS, make_container

@@ -1,4 +1,4 @@
-"""Compose launcher → container → program (DESIGN.md rule 7) and render the job.
+"""Compose launcher → container → program (docs/architecture.md, rule 7) and render the job.
 
 `command` is the one place the three meet. `plan` checks the request against the system,
 builds the program's command line from the run's overrides, and renders one of:

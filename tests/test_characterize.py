@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from matplotlib.image import imread
 
-from sciperf.characterize import allreduce_bytes, characterize, count_flops, layers, load_run
+from sciperf.tools.characterize import allreduce_bytes, characterize, count_flops, layers, load_run
 from sciperf.config import compose
 from sciperf.errors import SciperfError
-from sciperf.workloads import deepcam
-from sciperf.workloads.cosmoflow import FULL_PARAMETER_COUNT, ModelSpec
+from sciperf.workloads.deepcam import spec as deepcam
+from sciperf.workloads.cosmoflow.spec import FULL_PARAMETER_COUNT, ModelSpec
 
 BIN = Path(sys.executable).parent
 
@@ -40,9 +40,9 @@ def torch_net(spec: ModelSpec | deepcam.ModelSpec, batch: int) -> tuple[Any, Any
     torch = pytest.importorskip("torch")
     with torch.device("meta"):
         if isinstance(spec, deepcam.ModelSpec):
-            from sciperf_pytorch.models.deepcam import DeepCam
+            from sciperf_pytorch.workloads.deepcam.model import DeepCam
             return DeepCam(spec), torch.zeros(batch, spec.in_channels, spec.height, spec.width)
-        from sciperf_pytorch.models.cosmoflow import CosmoFlow
+        from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow
         return CosmoFlow(spec), torch.zeros(batch, spec.in_channels, *(spec.input_size,) * 3)
 
 

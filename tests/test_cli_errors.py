@@ -1,4 +1,4 @@
-"""DESIGN.md rule 10 through the real console script: user errors end in one clear line.
+"""docs/architecture.md, rule 10 through the real console script: user errors end in one clear line.
 
 Every case runs `sciperf …` in a subprocess and checks: exit status 2, exactly one line on
 stderr, that line names the offending key/file/dir, and no traceback text.

@@ -15,8 +15,9 @@ import yaml
 from sciperf import config as config_mod
 from sciperf.config import compose, config_hash, to_container
 from sciperf.errors import SciperfError
-from sciperf.workloads import WORKLOADS, get_spec
-from sciperf.workloads import cosmoflow as cosmo
+from sciperf.workloads import WORKLOADS, get
+from sciperf.workloads.base import Workload
+from sciperf.workloads.cosmoflow import spec as cosmo
 
 CONFIGS = Path(config_mod.__file__).resolve().parent.parent / "configs"
 
@@ -53,12 +54,12 @@ def test_every_combination_composes(workload: str, framework: str, experiment: s
     assert cfg.benchmark == workload
     assert cfg.framework.name == framework
     assert cfg.experiment == experiment
-    spec = get_spec(workload)
+    spec = get(workload)
     # Workload sections are the spec's own dataclasses, so they can be built from the config.
-    model = spec.ModelSpec(**cfg.model)
-    spec.OptimizerSpec(**cfg.opt)
+    model = spec.model(**cfg.model)
+    spec.optimizer(**cfg.opt)
     assert model.parameter_count() > 0
-    assert cfg.data.format in spec.DATA_FORMATS
+    assert cfg.data.format in spec.formats
     assert cfg.output_dir == f"results/{workload}-{framework}-{experiment}"
 
 
@@ -98,16 +99,17 @@ def test_full_equals_spec_dataclasses(full) -> None:
 
 def test_workload_node_is_generated_from_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     """Changing a number in the spec changes the composed config: nothing retyped in YAML."""
-    original = cosmo.default_config
+    original = Workload.default_config
 
-    def patched() -> dict:
-        node = original()
-        node["opt"]["base_lr"] = 0.0123
-        node["model"]["conv_filters"] = [3, 5, 7, 9, 11]
-        node["train"]["target"] = 0.5
+    def patched(self: Workload) -> dict:
+        node = original(self)
+        if self.name == "cosmoflow":
+            node["opt"]["base_lr"] = 0.0123
+            node["model"]["conv_filters"] = [3, 5, 7, 9, 11]
+            node["train"]["target"] = 0.5
         return node
 
-    monkeypatch.setattr(cosmo, "default_config", patched)
+    monkeypatch.setattr(Workload, "default_config", patched)
     cfg = compose(["experiment=full"])
     assert cfg.opt.base_lr == 0.0123
     assert list(cfg.model.conv_filters) == [3, 5, 7, 9, 11]

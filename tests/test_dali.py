@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.data import cosmoflow as cf
+from sciperf.workloads.cosmoflow import data as cf
 from sciperf.data import dali as dali_spec
-from sciperf.data import synthetic
+from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.sharding import shard
 from sciperf.errors import SciperfError
 
@@ -178,7 +178,7 @@ def test_pytorch_matches_native_loader_without_shuffle(torch_dali, files, sample
                                                       by_label) -> None:
     import torch
 
-    from sciperf_pytorch import data as pt_data
+    from sciperf_pytorch import input as pt_data
 
     native = pt_data.make_loader(files, "npy", SHAPE, BATCH, 0, False, 2)
     loader = torch_dali.make_dali_loader(files, BATCH, 0, False)
@@ -204,7 +204,7 @@ def test_pytorch_shards_match_native_shards(torch_dali, files, mode) -> None:
     (global) or DALI over the rank's own shard (fixed, rank=0/world=1)."""
     import torch
 
-    from sciperf_pytorch import data as pt_data
+    from sciperf_pytorch import input as pt_data
 
     for rank in range(2):
         mine = shard(files, rank, 2)
@@ -287,7 +287,7 @@ def _copy_with_truncated(files: list[Path], folder: Path, bad: int) -> list[Path
 @needs_dali
 def test_tensorflow_matches_native_loader_without_shuffle(tf_dali, files, samples,
                                                          by_label) -> None:
-    from sciperf_tensorflow import data as tf_data
+    from sciperf_tensorflow import input as tf_data
 
     native = tf_data.make_loader(files, "npy", SHAPE, BATCH, 0, False, 2)
     loader = tf_dali.make_dali_loader(files, BATCH, 0, False)
@@ -305,7 +305,7 @@ def test_tensorflow_matches_native_loader_without_shuffle(tf_dali, files, sample
 
 @needs_dali
 def test_tensorflow_shards_match_native_shards(tf_dali, files) -> None:
-    from sciperf_tensorflow import data as tf_data
+    from sciperf_tensorflow import input as tf_data
 
     for rank in range(2):
         mine = shard(files, rank, 2)
@@ -369,13 +369,14 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
     the same weights: the same metric and the same training loss (inputs differ by
     ≤ 2 ulp)."""
     from sciperf.backends import RunContext
+    from sciperf.workloads import get
     from sciperf.config import compose
-    from sciperf.workloads import cosmoflow as spec
+    from sciperf.workloads.cosmoflow import spec as spec
 
     cfg = compose([f"framework={framework}", "experiment=mini", "precision=fp32",
                    f"data.dir={root}", "train.global_batch_size=4", "data.shuffle=false",
                    "data.train_samples=8", "data.eval_samples=8"])
-    ctx = RunContext(cfg, spec, cf.list_samples(root, "train", "npy"),
+    ctx = RunContext(cfg, get(cfg.benchmark), cf.list_samples(root, "train", "npy"),
                      cf.list_samples(root, "validation", "npy"), 4)
     native = cls()
     native.setup(ctx)
@@ -385,7 +386,8 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
                         f"data.dir={root}", "train.global_batch_size=4", "data.shuffle=false",
                         "data.train_samples=8", "data.eval_samples=8", "data.loader=dali"])
     swapped = cls()
-    swapped.setup(RunContext(cfg_dali, spec, ctx.train_files, ctx.eval_files, 4))
+    swapped.setup(RunContext(cfg_dali, get(cfg_dali.benchmark), ctx.train_files,
+                             ctx.eval_files, 4))
     assert isinstance(swapped.train_loader, dali_module.DaliLoader)
     assert isinstance(swapped.eval_loader, dali_module.DaliLoader)
     assert len(swapped.train_loader) == len(native.train_loader) == 2
@@ -400,18 +402,18 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
 def test_pytorch_backend_runs_on_dali(torch_dali, mini_root, monkeypatch) -> None:
     import copy
 
-    from sciperf_pytorch import backend
+    from sciperf_pytorch.workloads.cosmoflow import backend
 
-    _native_then_swapped(backend, backend.PyTorchBackend, torch_dali, "pytorch", mini_root,
+    _native_then_swapped(backend, backend.CosmoFlowBackend, torch_dali, "pytorch", mini_root,
                          monkeypatch, lambda b: copy.deepcopy(b.model.state_dict()),
                          lambda b, w: b.model.load_state_dict(w))
 
 
 @needs_dali
 def test_tensorflow_backend_runs_on_dali(tf_dali, mini_root, monkeypatch) -> None:
-    from sciperf_tensorflow import backend
+    from sciperf_tensorflow.workloads.cosmoflow import backend
 
-    _native_then_swapped(backend, backend.TensorFlowBackend, tf_dali, "tensorflow", mini_root,
+    _native_then_swapped(backend, backend.CosmoFlowBackend, tf_dali, "tensorflow", mini_root,
                          monkeypatch, lambda b: b.model.get_weights(),
                          lambda b, w: b.model.set_weights(w))
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.data import cosmoflow as cf
-from sciperf.data.synthetic import make_universe
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow.synthetic import make_universe
 from sciperf.errors import SciperfError
 
 SIZE = 16

@@ -23,11 +23,11 @@ import pytest
 
 from sciperf.config import compose
 from sciperf.data import dali as dali_spec
-from sciperf.data import deepcam as dc
+from sciperf.workloads.deepcam import data as dc
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.train import resolve_files
-from sciperf.workloads import deepcam as spec
+from sciperf.workloads.deepcam import spec as spec
 
 BIN = Path(sys.executable).parent
 H, W, C = 32, 48, 16
@@ -192,7 +192,7 @@ def test_plan_batches_follow_the_native_rule(root, train_files, eval_files, tmp_
 def _native_pt(root, model, files, remainder, seed=0, shuffle=False):
     import torch
 
-    from sciperf_pytorch import deepcam as pt
+    from sciperf_pytorch.workloads.deepcam import backend as pt
 
     loader = pt.make_loader(files, str(root), "npy", model, BATCH, seed, shuffle, 2, remainder)
     return list(pt.batches(loader, 0, torch.device("cpu")))
@@ -282,7 +282,7 @@ def test_pytorch_corrupt_file_is_one_line(torch_dali, root, model, eval_files,
 @needs_dali
 def test_tensorflow_eval_batches_equal_native(tf_dali, root, model, eval_files,
                                               eval_catalog) -> None:
-    from sciperf_tensorflow import deepcam as tfd
+    from sciperf_tensorflow.workloads.deepcam import backend as tfd
 
     loader = tf_dali.make_deepcam_loader(eval_files, str(root), "npy", model, BATCH, 0,
                                          False, 2, "keep")
@@ -334,6 +334,7 @@ def _native_then_dali(framework: str, root: Path, train_files: list[Path],
     weights: DALI loaders in use, the same validation IoU and training loss (bit-identical
     inputs in the same order)."""
     from sciperf.backends import RunContext
+    from sciperf.workloads import get
 
     base = [*SMALL, f"framework={framework}", "precision=fp32", f"data.dir={root}",
             "train.global_batch_size=4", "data.shuffle=false", "framework.threads=1"]
@@ -342,7 +343,7 @@ def _native_then_dali(framework: str, root: Path, train_files: list[Path],
     for loader in ("native", "dali"):
         cfg = compose([*base, f"data.loader={loader}"])
         backend = backend_class()
-        backend.setup(RunContext(cfg, spec, train_files, eval_files, 4))
+        backend.setup(RunContext(cfg, get(cfg.benchmark), train_files, eval_files, 4))
         is_dali = isinstance(backend.train_loader, dali_module.DaliLoader)
         assert is_dali == isinstance(backend.eval_loader, dali_module.DaliLoader)
         assert is_dali == (loader == "dali")
@@ -362,8 +363,8 @@ def _native_then_dali(framework: str, root: Path, train_files: list[Path],
 
 @needs_dali
 def test_pytorch_backend_uses_dali(torch_dali, root, train_files, eval_files) -> None:
-    from sciperf_pytorch import deepcam as pt
-    from sciperf_pytorch.models import deepcam as pt_models
+    from sciperf_pytorch.workloads.deepcam import backend as pt
+    from sciperf_pytorch.workloads.deepcam import model as pt_models
 
     _native_then_dali("pytorch", root, train_files, eval_files, torch_dali, pt.DeepCamBackend,
                       pt_models)
@@ -371,8 +372,8 @@ def test_pytorch_backend_uses_dali(torch_dali, root, train_files, eval_files) ->
 
 @needs_dali
 def test_tensorflow_backend_uses_dali(tf_dali, root, train_files, eval_files) -> None:
-    from sciperf_tensorflow import deepcam as tfd
-    from sciperf_tensorflow.models import deepcam as tf_models
+    from sciperf_tensorflow.workloads.deepcam import backend as tfd
+    from sciperf_tensorflow.workloads.deepcam import model as tf_models
 
     _native_then_dali("tensorflow", root, train_files, eval_files, tf_dali,
                       tfd.DeepCamBackend, tf_models)

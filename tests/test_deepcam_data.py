@@ -10,10 +10,10 @@ import h5py
 import numpy as np
 import pytest
 
-from sciperf.data import climate
-from sciperf.data import deepcam as dc
+from sciperf.workloads.deepcam import synthetic as climate
+from sciperf.workloads.deepcam import data as dc
 from sciperf.errors import SciperfError
-from sciperf.workloads import deepcam as spec
+from sciperf.workloads.deepcam import spec as spec
 
 H, W = 32, 48
 SHAPE = (H, W, 16)

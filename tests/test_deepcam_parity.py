@@ -1,4 +1,4 @@
-"""DeepCAM: PyTorch ↔ TensorFlow parity (DESIGN.md rule 4) and the numerics against numpy.
+"""DeepCAM: PyTorch ↔ TensorFlow parity (docs/architecture.md, rule 4) and the numerics against numpy.
 
 Same canonical ``.npz`` weights in both models → same logits; the backends' real train
 steps from the same weights and batches → same loss at every step and the same weights
@@ -17,16 +17,17 @@ keras = pytest.importorskip("keras")
 
 from sciperf import weights  # noqa: E402
 from sciperf.backends import RunContext  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.data import climate  # noqa: E402
-from sciperf.data import deepcam as dc_data  # noqa: E402
+from sciperf.workloads.deepcam import synthetic as climate  # noqa: E402
+from sciperf.workloads.deepcam import data as dc_data  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
-from sciperf.workloads import deepcam as spec  # noqa: E402
-from sciperf_pytorch import deepcam as pt_dc  # noqa: E402
-from sciperf_pytorch.models import deepcam as pt_model  # noqa: E402
+from sciperf.workloads.deepcam import spec as spec  # noqa: E402
+from sciperf_pytorch.workloads.deepcam import backend as pt_dc  # noqa: E402
+from sciperf_pytorch.workloads.deepcam import model as pt_model  # noqa: E402
 from sciperf_pytorch.optim import Lamb  # noqa: E402
-from sciperf_tensorflow import deepcam as tf_dc  # noqa: E402
-from sciperf_tensorflow.models import deepcam as tf_model  # noqa: E402
+from sciperf_tensorflow.workloads.deepcam import backend as tf_dc  # noqa: E402
+from sciperf_tensorflow.workloads.deepcam import model as tf_model  # noqa: E402
 from sciperf_tensorflow.optim import AdamFamily  # noqa: E402
 
 # Tolerances (max|a − b| / max|b|); "observed" = this 2-core AVX-512 CPU, fp32.
@@ -272,7 +273,7 @@ def _backends(root, extra: list[str]):
                        "opt.lr=0.01", "opt.lr_warmup_steps=2", "opt.milestones=[1]",
                        "opt.weight_decay=0.01", *model, *extra])
         be = cls()
-        be.setup(RunContext(cfg, spec, train, evals, 2))
+        be.setup(RunContext(cfg, get(cfg.benchmark), train, evals, 2))
         out[name] = be
     tf_model.import_weights(out["tensorflow"].model,
                             pt_model.export_weights(out["pytorch"].model))

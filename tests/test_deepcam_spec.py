@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.check import check_log
+from sciperf.results.check import check_log
 from sciperf.config import compose
-from sciperf.mllog import MLLogger
-from sciperf.workloads import WORKLOADS, get_spec
-from sciperf.workloads import deepcam as dc
+from sciperf.results.mllog import MLLogger
+from sciperf.workloads import WORKLOADS, get
+from sciperf.workloads.deepcam import spec as dc
 
 
 def test_registered_and_composed_from_the_spec() -> None:
-    assert "deepcam" in WORKLOADS and get_spec("deepcam") is dc
+    assert "deepcam" in WORKLOADS and get("deepcam").model is dc.ModelSpec
     cfg = compose(["workload=deepcam", "experiment=full"])
     assert cfg.benchmark == "deepcam" and cfg.train.target == dc.TARGET == 0.82
     assert cfg.data.train_samples == 121_266 and cfg.data.eval_samples == 15_158
@@ -77,10 +77,10 @@ def test_warmup_factor_and_cosine() -> None:
 
 def _header_log(path: Path, cfg, evals: list[float]) -> Path:
     """A log in common/train.py's order from a composed config."""
-    spec = get_spec(cfg.benchmark)
+    spec = get(cfg.benchmark)
     log = MLLogger(path)
     log.init_start()
-    log.submission(spec.NAME, cfg.system, nodes=1)
+    log.submission(spec.name, cfg.system, nodes=1)
     log.hyperparameters(spec.mllog_hyperparameters(cfg, int(cfg.data.train_samples),
                                                    int(cfg.data.eval_samples)))
     log.event("seed", int(cfg.seed))
@@ -90,7 +90,7 @@ def _header_log(path: Path, cfg, evals: list[float]) -> Path:
         for key in ("epoch", "eval"):
             log.start(f"{key}_start", metadata={"epoch_num": num})
             log.end(f"{key}_stop", metadata={"epoch_num": num})
-        log.event(spec.METRIC_KEY, metric, metadata={"epoch_num": num})
+        log.event(spec.metric.key, metric, metadata={"epoch_num": num})
     log.run_stop(any(spec.reached(m, cfg.train.target) for m in evals), len(evals))
     log.close()
     return path

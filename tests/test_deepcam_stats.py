@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.data import deepcam as dc
+from sciperf.workloads.deepcam import data as dc
 from sciperf.data.partials import gather, write_part
 from sciperf.errors import SciperfError
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.check import check_log
-from sciperf.throughput import throughput
+from sciperf.results.check import check_log
+from sciperf.results.throughput import throughput
 
 pytest.importorskip("torch")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.data import cosmoflow as cf
-from sciperf.data import synthetic
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.loader import BatchLoader, epoch_order
 from sciperf.errors import SciperfError
 

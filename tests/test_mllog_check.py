@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sciperf import cli
-from sciperf.check import Verdict, check_log
+from sciperf.results.check import Verdict, check_log
 from sciperf.config import compose
 from sciperf.errors import SciperfError
-from sciperf.mllog import RULESET, MLLogger
-from sciperf.workloads import cosmoflow as cosmo
+from sciperf.results.mllog import RULESET, MLLogger
+from sciperf.workloads.cosmoflow import spec as cosmo
 
 HERE = str(Path(__file__).resolve())
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sciperf.errors import SciperfError
-from sciperf.package import SYSTEM_FIELDS, package
-from sciperf.score import score
+from sciperf.results.package import SYSTEM_FIELDS, package
+from sciperf.results.score import score
 
 pytest.importorskip("torch")
 
@@ -147,7 +147,7 @@ def test_a_failure_while_writing_leaves_no_partial_tree(runs, tmp_path, monkeypa
             raise OSError(28, "No space left on device")
         return shutil.copyfile(src, dst)
 
-    monkeypatch.setattr("sciperf.package.shutil.copy2", failing_copy)
+    monkeypatch.setattr("sciperf.results.package.shutil.copy2", failing_copy)
     with pytest.raises(OSError):
         package([str(p) for p in runs["strong"]], "x", tmp_path / "tree")
     assert len(calls) == 2 and _no_leftovers(tmp_path, "tree")

@@ -1,4 +1,4 @@
-"""PyTorch ↔ TensorFlow parity for CosmoFlow (DESIGN.md rule 4), asserted at every step.
+"""PyTorch ↔ TensorFlow parity for CosmoFlow (docs/architecture.md, rule 4), asserted at every step.
 
 Both frameworks run in this one process (they import side by side cleanly, see
 ENVIRONMENT.md). The same canonical ``.npz`` weights are loaded into both models and
@@ -18,21 +18,22 @@ keras = pytest.importorskip("keras")
 
 from sciperf import weights  # noqa: E402
 from sciperf.backends import RunContext  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.data import synthetic  # noqa: E402
-from sciperf.data.cosmoflow import list_samples, read_sample  # noqa: E402
+from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
+from sciperf.workloads.cosmoflow.data import list_samples, read_sample  # noqa: E402
 from sciperf.data.loader import BatchLoader  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
-from sciperf.schedules import cosmoflow_lr, scaled_peak_lr  # noqa: E402
-from sciperf.workloads import cosmoflow as spec  # noqa: E402
-from sciperf_pytorch import data as pt_data  # noqa: E402
-from sciperf_pytorch.backend import PyTorchBackend  # noqa: E402
-from sciperf_pytorch.models import cosmoflow as pt_model  # noqa: E402
-from sciperf_pytorch.models.cosmoflow import CosmoFlow as TorchCosmoFlow  # noqa: E402
+from sciperf.schedules import epoch_warmup_step_lr, scaled_peak_lr  # noqa: E402
+from sciperf.workloads.cosmoflow import spec as spec  # noqa: E402
+from sciperf_pytorch import input as pt_data  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend as TorchCosmoFlow  # noqa: E402,E501
+from sciperf_pytorch.workloads.cosmoflow import model as pt_model  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow as TorchCosmoFlow  # noqa: E402
 from sciperf_pytorch.optim import KerasSGD as TorchSGD  # noqa: E402
-from sciperf_tensorflow import data as tf_data  # noqa: E402
-from sciperf_tensorflow.backend import TensorFlowBackend  # noqa: E402
-from sciperf_tensorflow.models import cosmoflow as tf_model  # noqa: E402
+from sciperf_tensorflow import input as tf_data  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend as TFCosmoFlow  # noqa: E402,E501
+from sciperf_tensorflow.workloads.cosmoflow import model as tf_model  # noqa: E402
 from sciperf_tensorflow.optim import KerasSGD as TfSGD  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
@@ -207,12 +208,12 @@ def _backends(mini_data, overrides: list[str], batch: int):
     files = list_samples(mini_data, "train", "npy")
     evals = list_samples(mini_data, "validation", "npy")
     out = {}
-    for name, cls in (("pytorch", PyTorchBackend), ("tensorflow", TensorFlowBackend)):
+    for name, cls in (("pytorch", TorchCosmoFlow), ("tensorflow", TFCosmoFlow)):
         cfg = compose([f"framework={name}", "experiment=mini", "precision=fp32",
                        f"data.dir={mini_data}", f"train.global_batch_size={batch}",
                        "model.dropout=0.0", *overrides])
         be = cls()
-        be.setup(RunContext(cfg, spec, files, evals, batch))
+        be.setup(RunContext(cfg, get(cfg.benchmark), files, evals, batch))
         out[name] = be
     tf_model.import_weights(out["tensorflow"].model,
                             pt_model.export_weights(out["pytorch"].model))
@@ -252,7 +253,7 @@ def test_training_parity_step_by_step(mini_data):
     o = cfg.opt
     peak = scaled_peak_lr(o.base_lr, 4 * cfg.train.global_batch_size, o.base_batch_size)
     # each step plays one epoch of a warmup-then-decay schedule: 6 distinct LRs
-    lrs = [cosmoflow_lr(i, o.base_lr, peak, 4, [4], [0.25]) for i in range(PARITY_STEPS)]
+    lrs = [epoch_warmup_step_lr(i, o.base_lr, peak, 4, [4], [0.25]) for i in range(PARITY_STEPS)]
     assert len(set(lrs)) == PARITY_STEPS
     reader = BatchLoader(list_samples(mini_data, "train", "npy"),
                          lambda p: read_sample(p, "npy", (32, 32, 32, 4)), PARITY_BATCH,

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sciperf.config import compose  # noqa: E402
-from sciperf.workloads.cosmoflow import FULL_PARAMETER_COUNT, ModelSpec  # noqa: E402
-from sciperf_pytorch.models.cosmoflow import CosmoFlow  # noqa: E402
+from sciperf.workloads.cosmoflow.spec import FULL_PARAMETER_COUNT, ModelSpec  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow  # noqa: E402
 from sciperf_pytorch.optim import KerasSGD  # noqa: E402
 
 
@@ -108,7 +108,7 @@ def test_keras_sgd_matches_hand_computed_updates_with_changing_lr():
 
 
 def test_l2_has_keras_semantics_on_kernels_only():
-    from sciperf_pytorch.backend import PyTorchBackend
+    from sciperf_pytorch.workloads.cosmoflow.backend import PyTorchBackend
 
     backend = PyTorchBackend()
     backend.cfg = compose(["experiment=mini", "opt.weight_decay=0.01"])
@@ -147,7 +147,7 @@ def test_pool_then_leaky_equals_the_reference_order_bit_for_bit(slope):
     """conv_block computes MaxPool→LeakyReLU; values and gradients equal LeakyReLU→MaxPool."""
     from torch.nn import functional as F  # noqa: N812
 
-    from sciperf_pytorch.models.cosmoflow import conv_block
+    from sciperf_pytorch.workloads.cosmoflow.model import conv_block
 
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8, 8, 8)

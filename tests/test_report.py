@@ -17,8 +17,8 @@ import pytest
 from matplotlib.image import imread
 
 from sciperf.errors import SciperfError
-from sciperf.report import PHASES, build, plot_convergence, report, run_facts
-from sciperf.score import group_runs, load_runs, score, score_line
+from sciperf.results.report import PHASES, build, plot_convergence, report, run_facts
+from sciperf.results.score import group_runs, load_runs, score, score_line
 
 BIN = Path(sys.executable).parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

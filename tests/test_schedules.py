@@ -1,4 +1,4 @@
-"""CosmoFlow LR schedule and the MLLOG hyper-parameters derived from it (SPEC.md, CosmoFlow)."""
+"""CosmoFlow LR schedule and the MLLOG hyper-parameters derived from it (the reference's schedule, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sciperf.config import compose
-from sciperf.schedules import cosmoflow_lr, scaled_peak_lr
-from sciperf.workloads import cosmoflow as cosmo
+from sciperf.schedules import epoch_warmup_step_lr, scaled_peak_lr
+from sciperf.workloads.cosmoflow import spec as cosmo
 
 BASE, PEAK, WARMUP = 0.001, 0.008, 4
 BOUNDARIES, FACTORS = [32, 64], [0.25, 0.125]
@@ -32,31 +32,31 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize(("epoch", "lr"), sorted(EXPECTED.items()))
-def test_cosmoflow_lr_hand_computed(epoch: int, lr: float) -> None:
-    got = cosmoflow_lr(epoch, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS)
+def test_epoch_warmup_step_lr_hand_computed(epoch: int, lr: float) -> None:
+    got = epoch_warmup_step_lr(epoch, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS)
     assert got == pytest.approx(lr, rel=1e-12, abs=1e-15)
 
 
-def test_cosmoflow_lr_unsorted_boundaries() -> None:
+def test_epoch_warmup_step_lr_unsorted_boundaries() -> None:
     for epoch, lr in EXPECTED.items():
-        got = cosmoflow_lr(epoch, BASE, PEAK, WARMUP, BOUNDARIES[::-1], FACTORS[::-1])
+        got = epoch_warmup_step_lr(epoch, BASE, PEAK, WARMUP, BOUNDARIES[::-1], FACTORS[::-1])
         assert got == pytest.approx(lr, rel=1e-12)
 
 
-def test_cosmoflow_lr_warmup_is_linear_and_monotone() -> None:
-    lrs = [cosmoflow_lr(e, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS) for e in range(WARMUP + 1)]
+def test_epoch_warmup_step_lr_warmup_is_linear_and_monotone() -> None:
+    lrs = [epoch_warmup_step_lr(e, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS) for e in range(WARMUP + 1)]
     steps = [b - a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert all(s == pytest.approx((PEAK - BASE) / WARMUP) for s in steps)
 
 
-def test_cosmoflow_lr_no_warmup_no_decay() -> None:
-    assert cosmoflow_lr(0, BASE, PEAK, 0, [], []) == PEAK
-    assert cosmoflow_lr(1000, BASE, PEAK, 0, [], []) == PEAK
+def test_epoch_warmup_step_lr_no_warmup_no_decay() -> None:
+    assert epoch_warmup_step_lr(0, BASE, PEAK, 0, [], []) == PEAK
+    assert epoch_warmup_step_lr(1000, BASE, PEAK, 0, [], []) == PEAK
 
 
-def test_cosmoflow_lr_mismatched_lengths() -> None:
+def test_epoch_warmup_step_lr_mismatched_lengths() -> None:
     with pytest.raises(ValueError, match="decay_boundaries"):
-        cosmoflow_lr(5, BASE, PEAK, WARMUP, [32, 64], [0.25])
+        epoch_warmup_step_lr(5, BASE, PEAK, WARMUP, [32, 64], [0.25])
 
 
 @pytest.mark.parametrize(("gbs", "scaling", "peak"), [

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from sciperf.errors import SciperfError
-from sciperf.logs import TOKEN, parse_log
-from sciperf.score import olympic_mean, score, score_line
-from sciperf.throughput import throughput
+from sciperf.results.logs import TOKEN, parse_log
+from sciperf.results.score import olympic_mean, score, score_line
+from sciperf.results.throughput import throughput
 
 SCIPERF = [sys.executable, "-m", "sciperf.cli"]
 NV = "NVIDIA/results/eos_n64_ngc23.09_pytorch/strong/cosmoflow"

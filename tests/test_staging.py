@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.check import check_log
+from sciperf.results.check import check_log
 from sciperf.data.sharding import shard
 from sciperf.data.staging import (
     copy_file,

@@ -24,7 +24,7 @@ from torch import nn  # noqa: E402
 
 from sciperf.distributed import RankInfo  # noqa: E402
 from sciperf.weights import load_npz  # noqa: E402
-from sciperf_pytorch.distributed import Comm  # noqa: E402
+from sciperf_pytorch.collectives import Comm  # noqa: E402
 from sciperf_pytorch.syncbn import GroupBatchNorm2d, convert_batchnorm  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -251,8 +251,8 @@ def test_convert_keeps_parameters_buffers_and_names():
 
 
 def test_deepcam_weights_export_import_through_group_batchnorm():
-    from sciperf.workloads.deepcam import ModelSpec
-    from sciperf_pytorch.models.deepcam import DeepCam, export_weights, import_weights
+    from sciperf.workloads.deepcam.spec import ModelSpec
+    from sciperf_pytorch.workloads.deepcam.model import DeepCam, export_weights, import_weights
 
     spec = ModelSpec(height=32, width=48, entry_channels=[4, 8], block_channels=[8, 8, 8],
                      middle_blocks=1, middle_reps=1, exit_channels=[8, 8, 8, 8],

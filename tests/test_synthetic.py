@@ -1,6 +1,6 @@
 """The spec's synthetic CosmoFlow generator: deterministic, realistic-looking, learnable.
 
-The learnability tests are the important ones: SPEC.md warns that a target a generator
+The learnability tests are the important ones: a target a generator
 erases (e.g. divides out) cannot be learnt. Each of the four targets must be visible in a
 simple statistic of log(1 + counts) that a small CNN can compute.
 """
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from sciperf.config import compose
-from sciperf.data import cosmoflow as cf
-from sciperf.data import synthetic
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.manifest import MANIFEST
-from sciperf.data.synthetic import GenerateRequest, UniverseParams, make_universe
+from sciperf.workloads.cosmoflow.synthetic import GenerateRequest, UniverseParams, make_universe
 from sciperf.errors import SciperfError
-from sciperf.prepare import prepare
+from sciperf.tools.prepare import prepare
 
 SIZE = 16
 

@@ -19,16 +19,17 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from sciperf.backends import RunContext, load_backend  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.data import synthetic  # noqa: E402
-from sciperf.data.cosmoflow import list_samples, read_sample, transform  # noqa: E402
+from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
+from sciperf.workloads.cosmoflow.data import list_samples, read_sample, transform  # noqa: E402
 from sciperf.data.loader import BatchLoader  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
-from sciperf.workloads import cosmoflow as spec  # noqa: E402
-from sciperf_tensorflow import data as tf_data  # noqa: E402
+from sciperf.workloads.cosmoflow import spec as spec  # noqa: E402
+from sciperf_tensorflow import input as tf_data  # noqa: E402
 from sciperf_tensorflow import runtime  # noqa: E402
-from sciperf_tensorflow.backend import TensorFlowBackend  # noqa: E402
-from sciperf_tensorflow.models.cosmoflow import CosmoFlow, export_weights  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.model import CosmoFlow, export_weights  # noqa: E402
 from sciperf_tensorflow.optim import KerasSGD  # noqa: E402
 
 SIZE = 16  # small universes keep the loader tests fast
@@ -192,7 +193,7 @@ def test_tf_data_batches_equal_common_loader(dataset, shuffle):
 
 def test_tf_data_batches_equal_pytorch_loader(dataset):
     torch = pytest.importorskip("torch")
-    pt_data = pytest.importorskip("sciperf_pytorch.data")
+    pt_data = pytest.importorskip("sciperf_pytorch.input")
     root, fmt = dataset
     files = list_samples(root, "train", fmt)
     kw = dict(fmt=fmt, shape=SHAPE, batch=4, seed=9, shuffle=True, prefetch=2)
@@ -224,10 +225,10 @@ def test_backend_entry_point_setup_train_evaluate(dataset):
                    f"data.format={fmt}", "precision=fp32", f"model.input_size={SIZE}",
                    "model.conv_filters=[4,8]", "model.dense_sizes=[16,8]",
                    "train.global_batch_size=8", "opt.weight_decay=0.001"])
-    backend = load_backend("tensorflow")
-    assert isinstance(backend, TensorFlowBackend) and backend.name == "tensorflow"
+    backend = load_backend("tensorflow", "cosmoflow")
+    assert isinstance(backend, CosmoFlowBackend) and backend.name == "tensorflow"
     files, evals = list_samples(root, "train", fmt), list_samples(root, "validation", fmt)
-    backend.setup(RunContext(cfg, spec, files, evals, 8))
+    backend.setup(RunContext(cfg, get(cfg.benchmark), files, evals, 8))
     assert backend.parameter_count() == spec.ModelSpec(**cfg.model).parameter_count()
     before = backend.evaluate()
     steps = []
@@ -309,9 +310,9 @@ def test_backend_starts_from_canonical_init_weights(dataset, tmp_path):
              weights.expected_arrays(model_spec.layer_shapes()).items()}
     path = weights.save_npz(tmp_path / "init.npz", start)
     cfg = compose([*overrides, f"train.init_weights={path}"])
-    backend = TensorFlowBackend()
+    backend = CosmoFlowBackend()
     files, evals = list_samples(root, "train", fmt), list_samples(root, "validation", fmt)
-    backend.setup(RunContext(cfg, spec, files, evals, 8))
+    backend.setup(RunContext(cfg, get(cfg.benchmark), files, evals, 8))
     got = backend.export_weights()
     assert sorted(got) == sorted(start)
     for name, arr in start.items():
@@ -321,6 +322,6 @@ def test_backend_starts_from_canonical_init_weights(dataset, tmp_path):
     wrong = weights.save_npz(tmp_path / "wrong.npz", {k: v for k, v in start.items()
                                                       if k != "dense1/bias"})
     with pytest.raises(SciperfError, match="missing dense1/bias"):
-        TensorFlowBackend().setup(RunContext(compose([*overrides,
+        CosmoFlowBackend().setup(RunContext(compose([*overrides,
                                                       f"train.init_weights={wrong}"]),
                                              spec, files, evals, 8))

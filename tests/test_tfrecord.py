@@ -23,11 +23,11 @@ from sciperf.data.tfrecord import (
     TFRecordError,
     decode_example,
     encode_example,
-    read_cosmoflow_sample,
     read_records,
-    write_cosmoflow_sample,
     write_records,
 )
+from sciperf.workloads.cosmoflow.tfrecord import read_sample as read_cosmoflow_sample
+from sciperf.workloads.cosmoflow.tfrecord import write_sample as write_cosmoflow_sample
 
 SHAPE = (8, 8, 8, 4)
 

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from sciperf.config import compose
-from sciperf.data import deepcam as dc_data
+from sciperf.workloads.deepcam import data as dc_data
 from sciperf.data.loader import BatchLoader, batch_sizes
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.train import resolve_files
-from sciperf.workloads import cosmoflow, deepcam
+from sciperf.workloads import get
 
 BIN = Path(sys.executable).parent
 SMALL = ["workload=deepcam", "experiment=mini", "model.height=32", "model.width=48",
@@ -70,7 +70,7 @@ def test_batch_loader_keeps_or_drops_the_last_partial_batch():
 
 def _plans(cfg, world: int, per_node: int) -> list:
     return [resolve_files(cfg, RankInfo(r, world, r % per_node, per_node, r // per_node),
-                          deepcam) for r in range(world)]
+                          get("deepcam")) for r in range(world)]
 
 
 @pytest.mark.parametrize("staged", [False, True])
@@ -97,14 +97,14 @@ def test_too_few_samples_and_cosmoflow_stay_strict(data):
         _plans(cfg, 4, 4)
     cfg = compose([*SMALL, f"data.dir={data}", "train.global_batch_size=4"])
     with pytest.raises(SciperfError, match="must be a positive multiple"):
-        resolve_files(cfg, RankInfo(0, 4, 0, 4), cosmoflow)  # the strict rule, same files
+        resolve_files(cfg, RankInfo(0, 4, 0, 4), get("cosmoflow"))  # the strict rule, same files
 
 
 def test_tensorflow_loader_ends_with_the_smaller_batch(data):
     pytest.importorskip("tensorflow")
-    from sciperf_tensorflow.deepcam import batches, make_loader
+    from sciperf_tensorflow.workloads.deepcam.backend import batches, make_loader
     files = dc_data.list_samples(data, "validation", "npy")
-    model = deepcam.ModelSpec(height=32, width=48)
+    model = get("deepcam").model(height=32, width=48)
     common = dict(root=str(data), fmt="npy", model=model, batch=4, seed=0, shuffle=False,
                   prefetch=2)
     kept = list(batches(make_loader(files, remainder="keep", **common), 0))

@@ -10,7 +10,7 @@ import pytest
 
 from sciperf import weights
 from sciperf.errors import SciperfError
-from sciperf.workloads.cosmoflow import ModelSpec
+from sciperf.workloads.cosmoflow.spec import ModelSpec
 
 MINI = ModelSpec(input_size=32, conv_filters=[8, 16, 32, 64], dense_sizes=[64, 32])
 
@@ -57,7 +57,7 @@ def test_load_names_missing_extra_and_misshaped(tmp_path):
     assert "missing conv1/bias" in msg
     assert "unexpected conv9/kernel" in msg
     assert "dense0/kernel has shape (5, 64), expected (512, 64)" in msg
-    assert "\n" not in msg  # one line (DESIGN.md rule 10)
+    assert "\n" not in msg  # one line (docs/architecture.md, rule 10)
 
 
 def test_load_without_expectation_and_bad_files(tmp_path):

@@ -4,8 +4,8 @@ DALI is optional and this package imports no framework, so ``nvidia.dali`` is im
 only inside the functions that build a pipeline. The framework adapters
 (``sciperf_pytorch.dali``, ``sciperf_tensorflow.dali``) wrap the pipeline built here. One
 pipeline definition serves every workload with an npy pair per sample; what differs — the
-files' dtypes and shapes, the label file's name, the per-sample transform — is a
-:class:`SampleFormat` (``FORMATS``) and a transform (:class:`Log1p`, :class:`MinMax`).
+files' dtypes and shapes, the label file's name, the per-sample transform — is the
+workload's ``DaliFormat`` (``Workload.dali``, in its own folder).
 
 One pipeline reads one epoch of one shard:
 
@@ -15,7 +15,7 @@ One pipeline reads one epoch of one shard:
 * ``shard_id``/``num_shards`` = rank/world. DALI shards contiguously; :func:`dali_order`
   interleaves the list first so that shard ``r`` holds exactly the files of
   ``sciperf.data.sharding.shard(files, r, world)`` (strided, like the native loader). Uneven
-  batches (DeepCAM) are only planned over this rank's own files (world 1): DALI's uneven
+  batches (``sharding="uneven"`` workloads) are only planned over this rank's own files (world 1): DALI's uneven
   contiguous shards could not match the driver's strided ones;
 * training: ``shuffle_after_epoch=True``, an exact permutation of the whole list (every
   sample once per epoch, over all shards together) drawn from
@@ -32,21 +32,10 @@ One pipeline reads one epoch of one shard:
   ``device_id`` is None. Labels leave the pipeline in their stored dtype (the adapters give
   class maps the framework's index dtype on the device: a quarter or an eighth of the bytes
   to move).
-
-CosmoFlow (:class:`Log1p`): DALI has no log1p, and its CPU ``math.log`` is scalar (5×
-slower here than a table). The counts are int16, so log1p is a 32,768-entry lookup table
-(:func:`log1p_table`): correctly rounded float32, within 1 ulp of torch.log1p and 2 ulp of
-tf.math.log1p. A negative count (not a valid file) becomes NaN.
-
-DeepCAM (:class:`MinMax`): x' = (x − shift)·scale per channel with the float32 (shift,
-scale) of ``sciperf.data.deepcam.normalisation`` — the native reader's two float32 ops in
-the same order, so the values are bit-identical to it (no fused multiply-add can form:
-the subtraction comes first).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,59 +44,32 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import cosmoflow as cf_data
-from sciperf.data import deepcam as dc_data
 from sciperf.data.loader import batch_sizes
 from sciperf.errors import SciperfError
-from sciperf.workloads import cosmoflow as cf_spec
+from sciperf.workloads import DEFAULT
 
 MISSING = "data.loader=dali needs nvidia-dali-cuda120 (install with containers/install.sh --dali)"
 NPY_ONLY = "DALI reads the fast npy format"
-NOT_NPY = f"{NPY_ONLY}; convert with sciperf prepare data.format=npy"
-DEEPCAM_NOT_NPY = (f"{NPY_ONLY}; convert with sciperf prepare workload=deepcam "
-                   "data.source=convert")
 READER = "data"  # name of the data reader (iterators size epochs by it)
 OUTPUTS = ("x", "y")
 
 
-@dataclass(frozen=True)
-class SampleFormat:
-    """What one workload's npy sample pair holds, checked from the headers before a run."""
+def sample_format(workload: str) -> Any:
+    """The npy pair DALI reads for `workload` (its contract's ``DaliFormat``)."""
+    from sciperf.workloads import REGISTRY, get
 
-    suffix: str  # data file name ending
-    label_path: Callable[[Path], Path]
-    data_dtype: type
-    data_ndim: int
-    label_dtype: type
-    label_shape: Callable[[tuple[int, ...]], tuple[int, ...]]  # from the data shape
-    hint: str  # the one-line error for a non-npy format: how to get npy
-
-    def check_format(self, fmt: str) -> None:
-        """DALI reads only the npy format; anything else is a one-line user error."""
-        if fmt != "npy":
-            raise SciperfError(f"data.format={fmt}: {self.hint}")
-
-
-FORMATS = {
-    "cosmoflow": SampleFormat(cf_data.SUFFIX["npy"], cf_data.label_path, np.int16, 4,
-                              np.float32, lambda _: (cf_spec.TARGET_SIZE,), NOT_NPY),
-    "deepcam": SampleFormat(dc_data.SUFFIX["npy"], dc_data.label_path, np.float32, 3,
-                            np.uint8, lambda data: data[:2], DEEPCAM_NOT_NPY),
-}
-
-
-def sample_format(workload: str) -> SampleFormat:
-    """The npy pair DALI reads for `workload`."""
-    try:
-        return FORMATS[workload]
-    except KeyError:
+    form = get(workload).dali if workload in REGISTRY else None
+    if form is None:
+        have = ", ".join(w for w in REGISTRY if get(w).dali is not None)
         raise SciperfError(f"data.loader=dali does not support workload={workload} "
-                           f"(supported: {', '.join(FORMATS)})") from None
+                           f"(supported: {have})")
+    return form
 
 
-def check_format(fmt: str, workload: str = "cosmoflow") -> None:
+def check_format(fmt: str, workload: str) -> None:
     """DALI reads only the npy format; anything else is a one-line user error."""
-    sample_format(workload).check_format(fmt)
+    if fmt != "npy":
+        raise SciperfError(f"data.format={fmt}: {sample_format(workload).not_npy}")
 
 
 def available() -> bool:
@@ -119,7 +81,7 @@ def available() -> bool:
     return True
 
 
-def require(fmt: str = "npy", workload: str = "cosmoflow") -> Any:
+def require(fmt: str = "npy", workload: str = DEFAULT) -> Any:
     """Check the format, then import and return ``nvidia.dali`` (SciperfError if absent)."""
     check_format(fmt, workload)
     try:
@@ -151,49 +113,6 @@ def error_message(text: str) -> str:
     return f"DALI input pipeline failed: {lines[0] if lines else 'unknown error'}"
 
 
-@functools.lru_cache(maxsize=1)
-def log1p_table() -> tuple[float, ...]:
-    """log1p of every non-negative int16, computed in float64, rounded once to float32."""
-    counts = np.arange(np.iinfo(np.int16).max + 1, dtype=np.float64)
-    return tuple(np.log1p(counts).astype(np.float32).tolist())
-
-
-@dataclass(frozen=True)
-class Log1p:
-    """CosmoFlow's transform: int16 counts → correctly rounded float32 log1p (a table)."""
-
-    def apply(self, x: Any) -> Any:
-        """The DALI ops on the data node `x` (inside a pipeline definition)."""
-        from nvidia.dali import fn, types
-
-        table = log1p_table()
-        return fn.lookup_table(x, keys=list(range(len(table))), values=list(table),
-                               default_value=float("nan"), dtype=types.FLOAT)
-
-
-@dataclass(frozen=True)
-class MinMax:
-    """DeepCAM's transform: per-channel (x − shift)·scale in float32, as the native reader."""
-
-    shift: tuple[float, ...]
-    scale: tuple[float, ...]
-
-    @classmethod
-    def from_stats(cls, root: str | Path, channels: int) -> MinMax:
-        """The normalisation of `root`/stats.h5 for the first `channels` channels (float32
-        values kept exactly: a Python float holds every float32)."""
-        shift, scale = dc_data.normalisation(dc_data.stats_path(root))
-        return cls(tuple(shift[:channels].tolist()), tuple(scale[:channels].tolist()))
-
-    def apply(self, x: Any) -> Any:
-        """The DALI ops on the data node `x`; the (C,) constants broadcast over H, W."""
-        from nvidia.dali import types
-
-        shift = types.Constant(np.asarray(self.shift, np.float32))
-        scale = types.Constant(np.asarray(self.scale, np.float32))
-        return (x - shift) * scale
-
-
 def default_threads() -> int:
     """CPU threads of the pipeline: the cores this process may run on."""
     try:
@@ -222,8 +141,8 @@ class DaliPlan:
     sample_shape: tuple[int, ...]
     prefetch: int
     threads: int
-    workload: str = "cosmoflow"
-    transform: Log1p | MinMax = Log1p()
+    workload: str = DEFAULT
+    transform: Any = None  # the workload's in-pipeline transform (an object with apply(x))
     remainder: str = "error"
 
     @property
@@ -255,28 +174,28 @@ class DaliPlan:
 def plan(files: Sequence[Path], batch: int, seed: int, shuffle: bool, rank: int = 0,
          world: int = 1, device_id: int | None = None, *, fmt: str = "npy",
          prefetch: int = 2, threads: int = 0, shape: tuple[int, ...] | None = None,
-         workload: str = "cosmoflow", root: str | Path | None = None,
+         workload: str = DEFAULT, root: str | Path | None = None,
          remainder: str = "error") -> DaliPlan:
     """Check the format, the files, DALI and the batch rule; returns the plan.
 
     The sample shape comes from the first file's npy header (all files must share it) and
-    must equal `shape` when given (the model's input). DeepCAM needs `root` (its stats.h5
-    fixes the normalisation).
+    must equal `shape` when given (the model's input). `root` is the dataset directory the
+    workload's transform may need (e.g. its normalisation statistics).
     """
     form = sample_format(workload)
-    form.check_format(fmt)
+    check_format(fmt, workload)
     files = tuple(Path(f) for f in files)
     if not files and remainder == "error":
         raise SciperfError("data.loader=dali got no sample files")
     foreign = [f for f in files if not f.name.endswith(form.suffix)]
     if foreign:
-        raise SciperfError(f"{foreign[0]}: {form.hint}")
+        raise SciperfError(f"{foreign[0]}: {form.not_npy}")
     require(fmt, workload)
     _check_batches(len(files), batch, rank, world, remainder)
     found = _sample_shape(files, form, shape)
     return DaliPlan(files, int(batch), int(seed), bool(shuffle), int(rank), int(world),
                     device_id, found, max(int(prefetch), 1), threads or default_threads(),
-                    workload, _transform(workload, root, found), remainder)
+                    workload, form.transform(root, found), remainder)
 
 
 def _check_batches(n: int, batch: int, rank: int, world: int, remainder: str) -> None:
@@ -298,7 +217,7 @@ def _check_batches(n: int, batch: int, rank: int, world: int, remainder: str) ->
                          "DALI's uneven shards are not the driver's")
 
 
-def _sample_shape(files: tuple[Path, ...], form: SampleFormat,
+def _sample_shape(files: tuple[Path, ...], form: Any,
                   shape: tuple[int, ...] | None) -> tuple[int, ...]:
     """The first sample pair's data shape, both headers checked against `form` (and the
     data against `shape`). No files (a rank whose uneven validation shard is empty, or too
@@ -306,19 +225,9 @@ def _sample_shape(files: tuple[Path, ...], form: SampleFormat,
     want = None if shape is None else tuple(int(s) for s in shape)
     if not files:
         return want or ()
-    found = _header_shape(files[0], form.data_dtype, ndim=form.data_ndim, shape=want)
+    found = _header_shape(files[0], form.x_dtype, ndim=form.ndim, shape=want)
     _header_shape(form.label_path(files[0]), form.label_dtype, shape=form.label_shape(found))
     return found
-
-
-def _transform(workload: str, root: str | Path | None,
-               shape: tuple[int, ...]) -> Log1p | MinMax:
-    """The in-pipeline transform of a workload (DeepCAM's from `root`/stats.h5)."""
-    if workload == "cosmoflow":
-        return Log1p()
-    if root is None:
-        raise ValueError("DeepCAM's DALI plan needs the dataset root (stats.h5)")
-    return MinMax.from_stats(root, shape[-1])
 
 
 def _header_shape(path: Path, dtype: type, ndim: int | None = None,
@@ -336,16 +245,16 @@ def _header_shape(path: Path, dtype: type, ndim: int | None = None,
     return tuple(int(s) for s in arr.shape)
 
 
-def deepcam_loader(make: Callable[..., Any], device_id: int | None, files: Sequence[Path],
-                   root: str, fmt: str, model: Any, batch: int, seed: int, shuffle: bool,
-                   prefetch: int, remainder: str) -> Any:
-    """A framework's DALI loader for DeepCAM through its `make` (``make_dali_loader``),
-    with the native ``make_loader``'s arguments: this rank's own files (the driver's uneven
-    shard, so DALI does not shard again), normalised by `root`/stats.h5, `remainder` as the
-    native loader's."""
-    shape = (model.height, model.width, model.in_channels)
-    return make(files, batch, seed, shuffle, 0, 1, device_id, fmt=fmt, prefetch=prefetch,
-                shape=shape, workload="deepcam", root=root, remainder=remainder)
+def own_shard_loader(make: Callable[..., Any], device_id: int | None, files: Sequence[Path],
+                     reader: Any, workload: str, root: str, batch: int, seed: int,
+                     shuffle: bool, prefetch: int, remainder: str) -> Any:
+    """A framework's DALI loader through its `make` (``make_dali_loader``) with the native
+    loader's arguments: this rank's own files (the driver's shard, so DALI does not shard
+    again), the reader's sample shape, the workload's transform of `root`, `remainder` as
+    the native loader's."""
+    return make(files, batch, seed, shuffle, 0, 1, device_id, fmt=reader.fmt,
+                prefetch=prefetch, shape=tuple(reader.x_shape), workload=workload, root=root,
+                remainder=remainder)
 
 
 def build_pipeline(p: DaliPlan, epoch: int) -> Any:

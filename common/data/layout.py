@@ -1,13 +1,14 @@
 """Where a workload's samples live: one file (or data + label pair) per sample per split.
 
-CosmoFlow and DeepCAM share the layout — ``<dir>/{train,validation}/<name><suffix>``, the
-fast npy format as ``<name>.data.npy`` beside ``<name>.label.npy`` — and differ only in
-their format suffixes, so the listing rules (sorted, the first n as the reference takes
+Workloads with one file per sample share the layout — ``<dir>/{train,validation}/<name><suffix>``,
+the fast npy format as ``<name>.data.npy`` beside ``<name>.label.npy`` — and differ only
+in their format suffixes, so the listing rules (sorted, the first n as the reference takes
 them, hidden temp files skipped, one clear line when something is missing) exist once.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,3 +61,17 @@ def label_path(data_path: Path) -> Path:
 def sample_files(path: Path, fmt: str) -> list[Path]:
     """Every file one sample consists of (npy: data + label), e.g. for staging."""
     return [path, label_path(path)] if fmt == "npy" else [path]
+
+
+def check_writable(root: Path) -> None:
+    """A data directory can be created or written (its nearest existing ancestor decides)."""
+    if not os.access(_existing_ancestor(root), os.W_OK):
+        raise SciperfError(f"data.dir={root} is not writable")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The directory that decides whether `path` can be created (its nearest existing one)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

@@ -1,6 +1,7 @@
 """A framework-free prefetching batch loader: threads read samples while the model computes.
 
-Frameworks wrap it thinly (tensor conversion, device copy, log1p on the device). Reading
+Frameworks wrap it thinly (tensor conversion, device copy, a workload's transform on the
+device). Reading
 runs in a small thread pool (numpy file reads and zlib release the GIL), batches are
 assembled into fresh arrays and queued `prefetch` deep, so input overlaps compute.
 """
@@ -28,14 +29,27 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0x5C1]).permutation(n)
 
 
+def shuffle_seed(seed: int, rank: int) -> int:
+    """A rank's training-shuffle seed: its own permutation of its own shard, reproducible
+    from the run seed (the one place this rule is written)."""
+    return int(seed) + 1000 * int(rank)
+
+
+def remainders(sharding: str) -> tuple[str, str]:
+    """(training, validation) rule for a last partial batch under a workload's sharding:
+    ``strict`` — batches divide exactly (`error`); ``uneven`` — training drops it (every rank
+    steps together), validation keeps it (every sample evaluated once)."""
+    return ("drop", "keep") if sharding == "uneven" else ("error", "error")
+
+
 REMAINDERS = ("error", "drop", "keep")
 
 
 def batch_sizes(n: int, batch_size: int, remainder: str) -> list[int]:
-    """Sizes of the batches `n` samples make. remainder: `error` — n must divide (CosmoFlow's
-    reference rule: every rank the same full batches), `drop` — the last partial batch is
-    left out (DeepCAM training, the reference's drop_last), `keep` — it is a smaller last
-    batch (DeepCAM validation: every sample evaluated exactly once)."""
+    """Sizes of the batches `n` samples make. remainder: `error` — n must divide (the strict
+    rule: every rank the same full batches), `drop` — the last partial batch is left out
+    (uneven training, the reference's drop_last), `keep` — it is a smaller last batch
+    (uneven validation: every sample evaluated exactly once)."""
     if remainder not in REMAINDERS:
         raise ValueError(f"remainder={remainder!r} is not one of {', '.join(REMAINDERS)}")
     full, rest = divmod(n, batch_size)

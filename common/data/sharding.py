@@ -1,8 +1,8 @@
 """Which files a rank reads, and the reference's divisibility rules, checked up front.
 
-CosmoFlow's reference needs every sample count to divide into ranks × local batch. DeepCAM's
-reference shards unevenly instead: training drops what does not fill a batch on every rank,
-validation evaluates every sample once on shards that differ by at most one sample."""
+Two rules, named by a workload's ``Workload.sharding``: ``strict`` — every sample count
+divides into ranks × local batch; ``uneven`` — training drops what does not fill a batch on
+every rank, validation evaluates every sample once on shards that differ by at most one."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def check_divisibility(n_samples: int, world: int, local_batch: int, what: str) 
 
 def check_uneven(n_samples: int, world: int, local_batch: int, what: str,
                  full_batches: bool) -> None:
-    """DeepCAM's looser rule: training needs one full global batch (the remainder is
+    """The ``uneven`` rule: training needs one full global batch (the remainder is
     dropped), validation one sample per rank at most uneven (shards differ by one)."""
     need = world * local_batch if full_batches else 1
     if n_samples < need:

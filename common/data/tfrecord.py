@@ -1,12 +1,11 @@
 """TFRecord files and ``tf.train.Example`` messages without TensorFlow.
 
-The CosmoFlow reference dataset ships as one (usually gzip-compressed)
-``.tfrecord`` file per sample, each holding a single ``tf.train.Example`` with
-a ``bytes_list`` feature ``x`` (the raw little-endian bytes of an int16 array of
-shape ``(128, 128, 128, 4)``) and a ``float_list`` feature ``y`` (4 floats).
-This module reads and writes that layout with numpy and the standard library
-only, so the framework-free ``sciperf`` package (and any backend) can prepare,
-check and load the data without importing an ML framework.
+Reference datasets ship as ``.tfrecord`` files (often gzip-compressed, often one
+``tf.train.Example`` per file). This module is the generic codec: records and Example
+messages with numpy and the standard library only, so the framework-free ``sciperf``
+package (and any backend) can prepare, check and load the data without importing an ML
+framework. A workload's own sample layout (which features, which shapes) lives in its
+folder and is built on :func:`read_example` / :func:`feature_parts`.
 
 Container format (one record)::
 
@@ -55,9 +54,10 @@ __all__ = [
     "TFRecordError",
     "decode_example",
     "encode_example",
-    "read_cosmoflow_sample",
+    "feature_parts",
+    "floats",
+    "read_example",
     "read_records",
-    "write_cosmoflow_sample",
     "write_records",
 ]
 
@@ -612,25 +612,7 @@ def read_records(
             raise TFRecordError(f"{name}: corrupt gzip data ({exc})") from None
 
 
-# --------------------------------------------------------------------- CosmoFlow
-
-
-def write_cosmoflow_sample(path: PathLike, x: np.ndarray, y: np.ndarray) -> None:
-    """Write one CosmoFlow sample in the reference layout (gzip, one Example).
-
-    ``x`` is stored as the raw little-endian int16 bytes of the array (any
-    shape; the shape is not stored, exactly like the reference files) and
-    ``y`` as a float_list of 4 float32 values.
-    """
-    x = np.asarray(x)
-    y = np.asarray(y)
-    if x.dtype.kind != "i" or x.dtype.itemsize != 2:  # any byte order of int16
-        raise TypeError(f"x must be int16, got {x.dtype}")
-    if y.size != 4:
-        raise ValueError(f"y must hold 4 values, got shape {y.shape}")
-    x_bytes = np.ascontiguousarray(x, dtype="<i2").data.cast("B")
-    payload = encode_example({"x": x_bytes, "y": y.astype(np.float32).reshape(4)})
-    write_records(path, [payload], compression="gzip")
+# --------------------------------------------------------------------- one-Example files
 
 
 def _only_record(path: PathLike) -> bytes:
@@ -648,50 +630,31 @@ def _only_record(path: PathLike) -> bytes:
     return first
 
 
-def _feature_parts(features: dict[str, _ListParts], key: str, kind: int, name: str) -> list:
-    """Return the pieces of feature ``key``, checking it exists and has ``kind``."""
+def read_example(path: PathLike) -> dict[str, _ListParts]:
+    """The features of a file holding exactly one ``tf.train.Example`` (errors name it)."""
+    name = os.fspath(path)
+    payload = _only_record(path)
+    try:
+        return _parse_example(payload)
+    except _MalformedError as exc:
+        raise TFRecordError(f"{name}: malformed tf.train.Example protobuf: {exc}") from None
+
+
+def feature_parts(features: dict[str, _ListParts], key: str, kind: str, name: str) -> list:
+    """The pieces of feature ``key`` (kind ``bytes_list``, ``float_list`` or
+    ``int64_list``), checking it exists and has that kind; ``name`` is the file."""
+    want = {v: k for k, v in _KIND_NAMES.items()}[kind]
     if key not in features:
         raise TFRecordError(f"{name}: missing feature {key!r} (found {sorted(features)})")
     found = features[key].kind
-    if found != kind:
+    if found != want:
         found_name = _KIND_NAMES.get(found, "empty feature")
         raise TFRecordError(
-            f"{name}: feature {key!r} is a {found_name}, expected a {_KIND_NAMES[kind]}"
+            f"{name}: feature {key!r} is a {found_name}, expected a {kind}"
         )
     return features[key].parts
 
 
-def _decode_x(parts: list, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """Turn the ``x`` bytes into an int16 array of ``shape``, checking its size."""
-    expected = int(np.prod(shape, dtype=np.int64)) * 2
-    if len(parts) != 1:
-        raise TFRecordError(f"{name}: feature 'x' has {len(parts)} bytes values, expected 1")
-    if len(parts[0]) != expected:
-        raise TFRecordError(
-            f"{name}: feature 'x' has {len(parts[0])} bytes, expected {expected} "
-            f"for int16 shape {tuple(shape)}"
-        )
-    # One copy: gives an aligned, writable, native-endian array that does not
-    # keep the whole decompressed record alive.
-    return np.frombuffer(parts[0], dtype="<i2").astype(np.int16).reshape(shape)
-
-
-def read_cosmoflow_sample(path: PathLike, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Read one CosmoFlow sample: (int16 array of ``shape``, float32 array of 4).
-
-    Checks the layout the benchmark relies on (exactly one record; ``x`` is one
-    bytes value of exactly ``prod(shape) * 2`` bytes; ``y`` has 4 floats) and
-    raises TFRecordError naming the file otherwise, since the reference files
-    do not store the shape and a wrong shape would otherwise train on garbage.
-    """
-    name = os.fspath(path)
-    payload = _only_record(path)
-    try:
-        features = _parse_example(payload)
-    except _MalformedError as exc:
-        raise TFRecordError(f"{name}: malformed tf.train.Example protobuf: {exc}") from None
-    x = _decode_x(_feature_parts(features, "x", _BYTES, name), shape, name)
-    y = _floats(_feature_parts(features, "y", _FLOAT, name))
-    if y.shape != (4,):
-        raise TFRecordError(f"{name}: feature 'y' has {y.size} floats, expected 4")
-    return x, y
+def floats(parts: list) -> np.ndarray:
+    """The float32 values of a float_list feature's pieces."""
+    return _floats(parts)

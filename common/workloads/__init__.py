@@ -1,17 +1,29 @@
-"""Registry of workload specs: name → module with the benchmark's numbers."""
+"""The workload registry: name → the module whose ``WORKLOAD`` is its contract.
+
+Imported lazily, so naming a workload loads only that workload. Adding a workload is one
+line here (docs/architecture.md, "Adding a workload").
+"""
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
 from sciperf.errors import SciperfError
+from sciperf.workloads.base import Workload
 
-WORKLOADS = ("cosmoflow", "deepcam")
+REGISTRY = {
+    "cosmoflow": "sciperf.workloads.cosmoflow",
+    "deepcam": "sciperf.workloads.deepcam",
+}
+WORKLOADS = tuple(REGISTRY)
+DEFAULT = "cosmoflow"  # what `sciperf run` trains when no workload is named
 
 
-def get_spec(name: str) -> ModuleType:
-    """Return the spec module of workload `name`, or a clear error listing the valid ones."""
-    if name not in WORKLOADS:
+def get(name: str) -> Workload:
+    """The contract of workload `name`, or one line listing the valid names."""
+    if name not in REGISTRY:
         raise SciperfError(f"unknown workload '{name}'; valid choices: {', '.join(WORKLOADS)}")
-    return importlib.import_module(f"sciperf.workloads.{name}")
+    workload = importlib.import_module(REGISTRY[name]).WORKLOAD
+    if not isinstance(workload, Workload) or workload.name != name:
+        raise SciperfError(f"{REGISTRY[name]}.WORKLOAD is not the Workload '{name}'")
+    return workload

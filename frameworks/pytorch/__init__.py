@@ -1,5 +1,5 @@
 """sciperf_pytorch: the PyTorch implementation of the sciperf workloads.
 
 Mirrors ``sciperf_tensorflow`` file by file, class by class and layer by layer
-(DESIGN.md rule 3); registered as the `pytorch` entry point of `sciperf.backends`.
+(docs/architecture.md, rule 3); registered as the `pytorch` entry point of `sciperf.backends`.
 """

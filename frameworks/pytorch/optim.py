@@ -101,7 +101,7 @@ class Lamb(torch.optim.Optimizer):
 
 def deepcam_optimizer(params, o) -> torch.optim.Optimizer:
     """Adam / AdamW (torch's own, as the reference) or LAMB, eps 1e-6, from `opt.*`."""
-    from sciperf.workloads.deepcam import ADAM_EPS, LAMB_MAX_GRAD_NORM
+    from sciperf.workloads.deepcam.spec import ADAM_EPS, LAMB_MAX_GRAD_NORM
 
     kw = {"lr": float(o.lr), "betas": tuple(float(b) for b in o.betas), "eps": ADAM_EPS,
           "weight_decay": float(o.weight_decay)}

@@ -1,6 +1,6 @@
 """Where the single-device model meets the machine: device, threads, precision, seeds.
 
-Models stay single-device and precision-agnostic (DESIGN.md rule 6); this module applies
+Models stay single-device and precision-agnostic (docs/architecture.md, rule 6); this module applies
 bf16 autocast (AMX on this CPU, AMP on GPUs), channels-last memory and determinism.
 """
 

@@ -8,7 +8,7 @@ are cut to the plan's sizes: a DeepCAM validation shard ends in a smaller batch,
 the native ``tf.data`` loader.
 
 ``make_loader``/``make_deepcam_loader`` and ``batches`` have the signatures of their
-native namesakes (``sciperf_tensorflow.data``, ``sciperf_tensorflow.deepcam``), so a
+native namesakes (``sciperf_tensorflow.input``, ``sciperf_tensorflow.workloads.deepcam.backend``), so a
 backend picks its input functions by ``data.loader`` and changes nothing else.
 """
 
@@ -106,14 +106,14 @@ def default_device_id() -> int | None:
 
 def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int, seed: int,
                 shuffle: bool, prefetch: int) -> DaliLoader:
-    """Drop-in for ``sciperf_tensorflow.data.make_loader``: this rank's own (already
+    """Drop-in for ``sciperf_tensorflow.input.make_loader``: this rank's own (already
     sharded) files in a fixed shard, DALI on this process's device."""
     return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
                             prefetch=prefetch, shape=tuple(shape))
 
 
 def make_deepcam_loader(*args: Any, **kwargs: Any) -> DaliLoader:
-    """Drop-in for ``sciperf_tensorflow.deepcam.make_loader`` (same arguments; see
+    """Drop-in for ``sciperf_tensorflow.workloads.deepcam.backend.make_loader`` (same arguments; see
     ``sciperf.data.dali.deepcam_loader``), DALI on this process's device."""
     return dali_spec.deepcam_loader(make_dali_loader, default_device_id(), *args, **kwargs)
 

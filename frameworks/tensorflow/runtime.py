@@ -1,6 +1,6 @@
 """Where the single-device model meets the machine: device, threads, precision, seeds.
 
-Models stay single-device and precision-agnostic (DESIGN.md rule 6); this module applies
+Models stay single-device and precision-agnostic (docs/architecture.md, rule 6); this module applies
 the bf16 mixed-precision policy (oneDNN on CPUs, AMP on GPUs) and determinism. TensorFlow
 fixes its thread pools and visible devices when it first runs an op, so the backend calls
 :func:`setup_threads` and :func:`select_device` before anything else.

@@ -1,0 +1,93 @@
+"""`sciperf check`: the official mlperf-logging compliance checker, one verdict line.
+
+The checker is run as its own process (it configures global logging and writes into the
+cwd), in a scratch directory, and its findings are condensed to one line per log.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sciperf.errors import SciperfError
+from sciperf.results.mllog import RULESET
+
+
+@dataclass
+class Verdict:
+    """Outcome of checking one MLLOG file."""
+
+    path: Path
+    ok: bool
+    division: str
+    benchmark: str
+    problems: list[str]
+    ruleset: str = RULESET
+
+    def line(self) -> str:
+        """The one-line verdict printed by the CLI."""
+        what = f"hpc {self.ruleset}, {self.division} {self.benchmark}"
+        if self.ok:
+            return f"PASS {self.path}: compliant ({what})"
+        more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        first = self.problems[0] if self.problems else "checker failed"
+        return f"FAIL {self.path}: {first}{more} ({what})"
+
+
+def _log_value(path: Path, key: str) -> str:
+    """First value of MLLOG `key` in the file, or '?'."""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith(":::MLLOG") and f'"key": "{key}"' in line:
+            try:
+                return str(json.loads(line[len(":::MLLOG"):])["value"])
+            except (ValueError, KeyError):
+                return "?"
+    return "?"
+
+
+def _problems(output: str) -> list[str]:
+    """The checker's findings, one string each (it separates them with dashes)."""
+    found = []
+    for chunk in output.replace("------------------------------", "\n").splitlines():
+        text = chunk.strip()
+        for prefix in ("WARNING - ", "ERROR - "):
+            text = text.removeprefix(prefix).strip()
+        if not text or text.startswith(("INFO", "** Logging")) or text == "FAILED":
+            continue
+        found.append(text)
+    return found
+
+
+def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
+    """Run the official checker (usage hpc) on one result file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SciperfError(f"no such MLLOG file: {path}")
+    with tempfile.TemporaryDirectory(prefix="sciperf-check-") as tmp:
+        cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
+               "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"),
+               str(path.resolve())]
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+    output = proc.stdout + proc.stderr
+    ok = proc.returncode == 0 and "SUCCESS" in output
+    problems = [] if ok else _problems(output) or [output.strip().splitlines()[-1:][0]
+                                                   if output.strip() else "checker failed"]
+    return Verdict(path, ok, _log_value(path, "submission_division"),
+                   _log_value(path, "submission_benchmark"), problems, ruleset)
+
+
+def result_files(target: str | Path) -> list[Path]:
+    """A result file as given, or a run directory's result_<i>.txt in instance order."""
+    path = Path(target)
+    if not path.is_dir():
+        return [path]
+    files = sorted(path.glob("result_*.txt"),
+                   key=lambda p: int(p.stem.split("_")[1]) if p.stem.split("_")[1].isdigit()
+                   else -1)
+    if not files:
+        raise SciperfError(f"no result_*.txt MLLOG files in {path}")
+    return files

@@ -1,0 +1,107 @@
+"""The one MLPerf logger (docs/architecture.md, rule 8): every MLLOG event of a run goes through here.
+
+Built on ``mlperf_logging.mllog`` so the line format is the official one. Only the
+logging rank writes; the file is flushed line by line so a killed job keeps its log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlperf_logging.mllog import constants as C  # noqa: N812
+from mlperf_logging.mllog import mllog as mllog_impl
+
+RULESET = "3.0.0"
+_SERIAL = itertools.count()  # unique stdlib logger per MLLogger: handlers never shared
+
+
+class MLLogger:
+    """Writes MLLOG lines for one training instance to `path` (rank 0 only).
+
+    Framework code calls the named methods; the keys and their order follow the hpc
+    3.0.0 ruleset (common.yaml, closed_common.yaml, closed_<benchmark>.yaml).
+    """
+
+    def __init__(self, path: str | Path | None, enabled: bool = True, echo: bool = False,
+                 instance: int | None = None):
+        self.enabled = enabled and path is not None
+        self.path = Path(path) if path else None
+        self.instance = instance
+        self._logger = mllog_impl.MLLogger(logger=self._make_logger(echo), root_dir=None)
+
+    def _make_logger(self, echo: bool) -> logging.Logger:
+        """A private stdlib logger writing bare lines; handlers flush after every record."""
+        logger = logging.getLogger(f"sciperf.results.mllog.{next(_SERIAL)}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        if self.enabled and self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(self.path, mode="w")
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+        if self.enabled and echo:
+            stream = logging.StreamHandler()
+            stream.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(stream)
+        return logger
+
+    def close(self) -> None:
+        """Flush and release the file handlers."""
+        for handler in list(self._logger.logger.handlers):
+            handler.flush()
+            handler.close()
+            self._logger.logger.removeHandler(handler)
+
+    def _log(self, kind: str, key: str, value: Any, metadata: dict[str, Any] | None) -> None:
+        """Emit through mlperf_logging, attributing file/lineno to the first caller outside."""
+        if not self.enabled:
+            return
+        meta = dict(metadata or {})
+        if self.instance is not None:
+            meta.setdefault("instance", self.instance)
+        depth, frame = 0, sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame, depth = frame.f_back, depth + 1
+        getattr(self._logger, kind)(key=key, value=value, metadata=meta, stack_offset=2 + depth)
+
+    def event(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
+        """A POINT_IN_TIME event."""
+        self._log("event", key, value, metadata)
+
+    def start(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
+        """An INTERVAL_START event."""
+        self._log("start", key, value, metadata)
+
+    def end(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
+        """An INTERVAL_END event."""
+        self._log("end", key, value, metadata)
+
+    # --- the run's phases, in the order the ruleset expects -------------------------------
+    def init_start(self) -> None:
+        """cache_clear (the node caches were dropped or are cold) then init_start."""
+        self.event(C.CACHE_CLEAR, True)
+        self.start(C.INIT_START)
+
+    def submission(self, benchmark: str, system: Any, nodes: int = 1) -> None:
+        """submission_* keys from the system config; the node count the run really used."""
+        self.event(C.SUBMISSION_BENCHMARK, benchmark)
+        self.event(C.SUBMISSION_ORG, system.submission_org)
+        self.event(C.SUBMISSION_DIVISION, system.submission_division)
+        self.event(C.SUBMISSION_STATUS, system.submission_status)
+        self.event(C.SUBMISSION_PLATFORM, system.submission_platform)
+        self.event("number_of_nodes", int(nodes))
+        self.event("accelerators_per_node", int(system.accelerators_per_node))
+
+    def hyperparameters(self, values: dict[str, Any]) -> None:
+        """One event per benchmark hyper-parameter key (closed_<benchmark>.yaml)."""
+        for key, value in values.items():
+            self.event(key, value)
+
+    def run_stop(self, success: bool, epoch_num: int) -> None:
+        """run_stop with status success only when the quality target was met."""
+        status = C.SUCCESS if success else C.ABORTED
+        self.end(C.RUN_STOP, metadata={"status": status, "epoch_num": epoch_num})

@@ -1,0 +1,214 @@
+"""`sciperf package OUT… --system NAME`: our runs as an official MLPerf HPC submission tree.
+
+    <DEST>/results/<NAME>/{strong,weak}/<benchmark>/result_<i>.txt
+    <DEST>/systems/<NAME>.json
+
+DEST is the organisation folder that mlperf-logging's `result_summarizer` and
+`package_checker` take. A run directory with one instance adds one strong-scaling run
+(numbered in the order given); a throughput job (instances > 1) gives the weak-scaling
+folder of its benchmark. The system description is filled from the `system` section of
+the runs' config (stored in summary.json), the versions the runs recorded, and — only
+when the runs were made on this host — this machine's facts from `sciperf info`; what
+nobody measured stays an empty string, never a guess. The tree is built in a temporary
+sibling folder and renamed into place, so an error leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sciperf.errors import SciperfError
+from sciperf.results.logs import parse_log
+from sciperf.results.score import required_runs
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+# Fields the official system description checker requires (hpc rules); those we cannot
+# know stay "".
+SYSTEM_FIELDS = (
+    "submitter", "division", "status", "system_name", "number_of_nodes",
+    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
+    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
+    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
+    "host_storage_capacity", "host_networking", "host_networking_topology",
+    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
+    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
+    "accelerator_memory_configuration", "accelerator_memory_capacity",
+    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
+    "framework", "other_software_stack", "operating_system", "sw_notes",
+)
+
+
+@dataclass
+class RunDir:
+    """One run directory: its summaries (one per instance) and result logs."""
+
+    path: Path
+    summaries: list[dict[str, Any]]
+    logs: list[Path]
+
+    @property
+    def first(self) -> dict[str, Any]:
+        return self.summaries[0]
+
+    @property
+    def mode(self) -> str:
+        return "weak" if int(self.first.get("instances") or 1) > 1 else "strong"
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.first["benchmark"])
+
+
+def read_run_dir(path: str | Path) -> RunDir:
+    """A sciperf run directory: summary.json (or summary_<i>.json) beside result_<i>.txt."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SciperfError(f"no such run directory: {path}")
+    files = sorted(path.glob("summary*.json"))
+    if not files:
+        raise SciperfError(f"no summary.json in {path} (not a sciperf run directory)")
+    summaries = []
+    for file in files:
+        try:
+            data = json.loads(file.read_text())
+        except (OSError, ValueError) as exc:
+            raise SciperfError(f"{file} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or "result_file" not in data or "config" not in data:
+            raise SciperfError(f"{file} is not a sciperf run summary (no result_file/config)")
+        summaries.append(data)
+    summaries.sort(key=lambda s: int(s.get("instance") or 0))
+    logs = []
+    for summary in summaries:
+        log = path / summary["result_file"]
+        if not log.is_file():
+            raise SciperfError(f"{log} is missing (named by {path}'s summary)")
+        if parse_log(log).run_stop_ms is None:
+            raise SciperfError(f"{log} has no run_stop (the run did not end); not packaged")
+        logs.append(log)
+    return RunDir(path, summaries, logs)
+
+
+def _one(values: set[Any], what: str) -> Any:
+    """The single value runs agree on, or an error naming the disagreement."""
+    if len(values) != 1:
+        shown = ", ".join(sorted(str(v) for v in values))
+        raise SciperfError(f"the runs differ in {what} ({shown}): package each under its own "
+                           "--system name")
+    return next(iter(values))
+
+
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}"
+
+
+def _sockets() -> str:
+    """Physical CPU packages of this host (distinct `physical id`s), "" when unknown."""
+    try:
+        ids = {ln.split(":", 1)[1].strip() for ln in
+               Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("physical id")}
+    except OSError:
+        return ""
+    return str(len(ids)) if ids else ""
+
+
+def system_description(name: str, runs: list[RunDir]) -> dict[str, Any]:
+    """systems/<name>.json from the runs' system config, recorded versions and — for runs
+    made on this host — `sciperf info`."""
+    summaries = [s for r in runs for s in r.summaries]
+    keys = ("name", "submission_org", "submission_platform", "submission_division",
+            "submission_status", "accelerators_per_node")
+    system = json.loads(_one({json.dumps({k: s["config"]["system"].get(k) for k in keys})
+                              for s in summaries}, "system config"))
+    framework = _one({s["framework"] for s in summaries}, "framework")
+    versions = summaries[0].get("versions") or {}
+    fw_version = versions.get(framework) or versions.get("torch") or ""
+    nodes = max(int(parse_log(p).value("number_of_nodes", 1)) for r in runs for p in r.logs)
+    desc: dict[str, Any] = dict.fromkeys(SYSTEM_FIELDS, "")
+    desc.update({
+        "submitter": system["submission_org"], "division": system["submission_division"],
+        "status": system["submission_status"], "system_name": name,
+        "number_of_nodes": str(nodes),
+        "accelerators_per_node": str(system["accelerators_per_node"]),
+        "framework": f"{framework} {fw_version}".strip(),
+        "other_software_stack": {k: str(v) for k, v in versions.items()
+                                 if k not in ("framework", "device", framework) and v is not None},
+        "sw_notes": f"sciperf {versions.get('sciperf', '')}; platform "
+                    f"{system['submission_platform']}; system config '{system['name']}'",
+    })
+    hosts = {s.get("host") for s in summaries}
+    if hosts == {platform.node()}:  # the machine facts are this host's: say so, from info
+        from sciperf.info import machine as this_machine  # what `sciperf info` reports
+        machine = this_machine()
+        desc.update({
+            "host_processors_per_node": _sockets() or "1",
+            "host_processor_model_name": machine["cpu"],
+            "host_processor_core_count": str(machine["cores"]),
+            "host_processor_vcpu_count": str(os.cpu_count() or machine["cores"]),
+            "operating_system": _os_name(),
+        })
+        devices = {str(s.get("versions", {}).get("device", "")) for s in summaries}
+        if system["accelerators_per_node"] and devices - {"", "cpu"}:
+            desc["accelerator_model_name"] = ", ".join(sorted(devices - {"", "cpu"}))
+    else:
+        desc["host_processors_per_node"] = "1"
+        desc["hw_notes"] = f"runs made on {', '.join(sorted(map(str, hosts)))}; host facts " \
+                           "not recorded"
+    return desc
+
+
+def plan(runs: list[RunDir]) -> dict[tuple[str, str], list[Path]]:
+    """(mode, benchmark) → the result logs in submission order."""
+    tree: dict[tuple[str, str], list[Path]] = {}
+    for run in runs:
+        key = (run.mode, run.benchmark)
+        required_runs(run.benchmark)  # an unknown benchmark is an error here, not later
+        if run.mode == "weak" and key in tree:
+            raise SciperfError(f"{run.path}: a second throughput job of {run.benchmark}; a "
+                               "submission holds one weak-scaling set per benchmark")
+        tree.setdefault(key, []).extend(run.logs)
+    return tree
+
+
+def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
+    """Write the submission tree for the run directories `targets` to `dest`."""
+    if not targets:
+        raise SciperfError("usage: sciperf package RUN_DIR [...] --system NAME [--out DIR]")
+    if not system or not NAME_RE.match(system):
+        raise SciperfError(f"--system {system or ''} is not a valid system name "
+                           "(letters, digits, '.', '_', '+', '-')")
+    dest = Path(dest)
+    if dest.exists():
+        raise SciperfError(f"{dest} already exists (remove it or choose --out)")
+    runs = [read_run_dir(t) for t in dict.fromkeys(targets)]
+    layout = plan(runs)
+    desc = system_description(system, runs)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for (mode, benchmark), logs in layout.items():
+            folder = tmp / "results" / system / mode / benchmark
+            folder.mkdir(parents=True)
+            for i, log in enumerate(logs):
+                shutil.copy2(log, folder / f"result_{i}.txt")
+        (tmp / "systems").mkdir()
+        (tmp / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

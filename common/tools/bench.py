@@ -1,0 +1,251 @@
+"""`sciperf bench` / `make bench`: measured throughput on this machine, as JSON.
+
+`workload=<name>` (default the registry's default; `make bench WORKLOAD=…`), driven by the
+workload's contract (``Workload.bench``): training samples/s for each experiment it names
+(mini, full) in fp32 and bf16 through the real backend (same code path as `sciperf
+train`), input-pipeline samples/s for each on-disk format and input size (and the DALI
+pipeline where the workload has a DALI format), staging against `cp -r` and 1 vs 2 ranks
+where the cases ask for them, and the machine's measured matmul peak beside them. Speed
+targets are reported here, never asserted in timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sciperf.backends import RunContext, load_backend
+from sciperf.config import compose
+from sciperf.data.loader import BatchLoader
+from sciperf.data.staging import stage_files
+from sciperf.errors import SciperfError
+from sciperf.info import machine
+from sciperf.workloads import DEFAULT, get
+from sciperf.workloads.base import Workload
+
+
+def _cases(workload: Workload) -> Any:
+    if workload.bench is None:
+        raise SciperfError(f"sciperf bench has no cases for workload={workload.name}")
+    return workload.bench
+
+
+def train_case(framework: str, experiment: str, precision: str, root: Path,
+               extra: list[str]) -> dict[str, Any]:
+    """Samples/s of train_epoch after one warm-up epoch (the real backend path)."""
+    base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
+    workload = get(base.benchmark)
+    cases = _cases(workload)
+    n, gbs, epochs = cases.train[experiment]
+    n_eval = max(n // 2, 1)
+    folder = cases.dataset(root, workload.model_spec(base), "npy", n)
+    cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
+                   "data.format=npy", f"data.train_samples={n}", f"data.eval_samples={n_eval}",
+                   f"train.global_batch_size={gbs}", f"precision={precision}"] + extra)
+    backend = load_backend(framework, cfg.benchmark)
+    train = workload.dataset.list_samples(folder, "train", "npy", n)
+    evals = workload.dataset.list_samples(folder, "validation", "npy", n_eval)
+    backend.setup(RunContext(cfg, workload, train, evals, gbs))
+    backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # warm-up: allocations, kernels
+    samples, seconds = 0, 0.0
+    for epoch in range(1, epochs + 1):
+        result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
+        samples, seconds = samples + result.samples, seconds + result.seconds
+    return {"framework": framework, "model": experiment, "precision": precision,
+            "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
+            "parameters": backend.parameter_count(), "samples": samples,
+            "seconds": round(seconds, 3), "samples_per_s": round(samples / seconds, 3),
+            "peak_flops": backend.peak_flops(precision)}
+
+
+def _input_model(workload: Workload, sizes: dict[str, Any]) -> Any:
+    """The default model spec of the workload at one input size."""
+    return workload.model(**sizes)
+
+
+def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
+               n: int) -> dict[str, Any]:
+    """Samples/s of the common prefetching loader alone (read + decode + batch) over one
+    format of the workload."""
+    cases, model = _cases(workload), _input_model(workload, sizes)
+    folder = cases.dataset(root, model, fmt, n)
+    files = workload.dataset.list_samples(folder, "train", fmt, n)
+    loader = BatchLoader(files, workload.dataset.reader(folder, fmt, model), batch_size=4,
+                         workers=2)
+    start = time.perf_counter()
+    count = sum(x.shape[0] for x, _ in loader.epoch(0))
+    seconds = time.perf_counter() - start
+    mb = sum(f.stat().st_size for p in files
+             for f in workload.dataset.sample_files(p, fmt)) / 1e6
+    return {"format": fmt, "input_size": cases.size(model), "samples": count,
+            "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
+            "MB_per_s": round(mb / seconds, 1)}
+
+
+def dali_case(workload: Workload, sizes: dict[str, Any], root: Path, n: int) -> dict[str, Any]:
+    """Samples/s of the DALI pipeline over the npy format (read, transform, batch: what
+    `data.loader=dali` feeds the frameworks), pipeline build included."""
+    from sciperf.data import dali
+
+    cases, model = _cases(workload), _input_model(workload, sizes)
+    row: dict[str, Any] = {"format": "npy", "loader": "dali", "input_size": cases.size(model)}
+    if not dali.available():
+        return {**row, "skipped": dali.MISSING}
+    folder = cases.dataset(root, model, "npy", n)
+    files = workload.dataset.list_samples(folder, "train", "npy", n)
+    reader = workload.dataset.reader(folder, "npy", model)
+    start = time.perf_counter()
+    p = dali.plan(files, 4, 0, True, workload=workload.name, root=folder,
+                  shape=tuple(reader.x_shape))
+    pipe = dali.build_pipeline(p, 0)
+    pipe.build()
+    count = 0
+    for _ in range(p.steps):
+        x, _y = pipe.run()
+        count += int(x.as_array().shape[0])
+    seconds = time.perf_counter() - start
+    return {**row, "samples": count, "seconds": round(seconds, 3),
+            "samples_per_s": round(count / seconds, 2)}
+
+
+def _input_rows(workload: Workload, root: Path, result: dict[str, Any]) -> None:
+    """Every format at every input size the cases name, then DALI where it applies."""
+    for sizes, n in _cases(workload).input:
+        for fmt in workload.formats:
+            row = input_case(workload, dict(sizes), fmt, root, n)
+            result["input"].append(row)
+            print(f"input {fmt:<8} {row['input_size']} {row['samples_per_s']:8.2f} samples/s "
+                  f"({row['MB_per_s']} MB/s on disk)", flush=True)
+        if workload.dali is not None:
+            row = dali_case(workload, dict(sizes), root, n)
+            result["input"].append(row)
+            print(f"input npy/dali {row['input_size']} "
+                  f"{row.get('samples_per_s', row.get('skipped'))} samples/s", flush=True)
+
+
+def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
+    """Staging a dataset (verify=size and =checksum) against `cp -r` of the same files.
+
+    Each method copies into a fresh directory on the same file system, in rotating order,
+    `repeats` times; medians are reported, plus the rerun that finds every file intact.
+    """
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.parent != folder)
+    total = sum(p.stat().st_size for p in files)
+    times: dict[str, list[float]] = {"cp -r": [], "stage size": [], "stage checksum": []}
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".stage-bench-") as tmp:
+        for i in range(repeats):
+            for name in list(times)[i % 3:] + list(times)[:i % 3]:
+                dst = Path(tmp) / name.replace(" ", "_")
+                shutil.rmtree(dst, ignore_errors=True)
+                start = time.perf_counter()
+                if name == "cp -r":
+                    subprocess.run(["cp", "-r", str(folder), str(dst)], check=True)
+                else:
+                    stage_files(files, folder, dst, workers=4, verify=name.split()[1],
+                                progress=False)
+                times[name].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        rerun = stage_files(files, folder, Path(tmp) / "stage_size", progress=False)
+        rerun_s = time.perf_counter() - start
+    rows = {name: {"median_s": round(statistics.median(t), 3),
+                   "MB_per_s": round(total / 1e6 / statistics.median(t), 1)}
+            for name, t in times.items()}
+    return {"files": len(files), "MB": round(total / 1e6, 1), "repeats": repeats,
+            "methods": rows, "rerun_all_intact_s": round(rerun_s, 3),
+            "rerun_skipped": rerun.skipped}
+
+
+def scaling_case(workload: Workload, framework: str, root: Path,
+                 epochs: int = 4) -> dict[str, Any]:
+    """Mini training samples/s with 1 rank (2 threads) vs 2 ranks (1 thread each) on this
+    host, through the real launcher; the first epoch (warm-up) is left out. The target is
+    out of reach (every epoch runs)."""
+    n = 256
+    mini = compose([f"workload={workload.name}", "experiment=mini"])
+    folder = _cases(workload).dataset(root, workload.model_spec(mini), "npy", n)
+    never = 1e9 if workload.metric.higher_is_better else -1e9
+    rows = []
+    for ranks in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="sciperf-scaling-") as out:
+            # TensorFlow's multi-rank path is Horovod, which needs MPI's rank environment
+            launcher = (["launcher=mpirun", f"launcher.tasks_per_node={ranks}"]
+                        if framework == "tensorflow" and ranks > 1
+                        else ["launcher=local", f"launcher.nprocs={ranks}"])
+            cmd = [sys.executable, "-m", "sciperf.cli", "launch", *launcher,
+                   f"workload={workload.name}", "experiment=mini", f"framework={framework}",
+                   f"data.dir={folder}", f"data.train_samples={n}",
+                   f"data.eval_samples={n // 2}", f"train.max_epochs={epochs}",
+                   f"train.target={never}", f"framework.threads={2 // ranks}",
+                   f"output_dir={out}"]
+            if framework == "tensorflow" and ranks > 1:
+                cmd.append("distributed.backend=horovod")
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            summary_path = Path(out) / "summary.json"
+            if not summary_path.is_file():
+                rows.append({"ranks": ranks, "error": (proc.stderr.strip().splitlines()
+                                                       or ["no summary"])[-1]})
+                continue
+            hist = json.loads(summary_path.read_text())["history"][1:]
+            seconds = sum(h["train_s"] for h in hist)
+            if not seconds:
+                rows.append({"ranks": ranks, "error": "no timed epochs"})
+                continue
+            rows.append({"ranks": ranks, "threads_per_rank": 2 // ranks,
+                         "samples_per_s": round(n * len(hist) / seconds, 2)})
+    rates = [r.get("samples_per_s") for r in rows]
+    speedup = rates[1] / rates[0] if all(rates) else None
+    return {"framework": framework, "train_samples": n, "epochs_timed": epochs - 1,
+            "runs": rows, "speedup_2_vs_1": round(speedup, 3) if speedup else None}
+
+
+def bench(overrides: list[str]) -> int:
+    """Run every case of the workload for the frameworks asked (framework=a,b) and write
+    the JSON."""
+    opts = dict(o.split("=", 1) for o in overrides if "=" in o)
+    frameworks = opts.pop("framework", "pytorch").split(",")
+    out = Path(opts.pop("output", "bench"))
+    name = opts.get("workload", DEFAULT)
+    workload = get(name)
+    cases = _cases(workload)
+    extra = [f"{k}={v}" for k, v in opts.items()]
+    root = out / "data" / name
+    result: dict[str, Any] = {"workload": name, "machine": machine(), "train": [],
+                              "input": []}
+    for fw in frameworks:
+        for experiment in cases.train:
+            for precision in ("fp32", "bf16"):
+                row = train_case(fw, experiment, precision, root, extra)
+                result["train"].append(row)
+                print(f"train {fw:<10} {experiment:<4} {precision:<4} "
+                      f"{row['samples_per_s']:8.3f} samples/s", flush=True)
+    _input_rows(workload, root, result)
+    if cases.staging:
+        sizes, n = cases.input[-1]
+        row = staging_case(cases.dataset(root, _input_model(workload, dict(sizes)), "npy", n))
+        result["staging"] = row
+        for method, m in row["methods"].items():
+            print(f"staging {method:<15} {row['MB']} MB: {m['median_s']:.3f} s "
+                  f"({m['MB_per_s']} MB/s)", flush=True)
+    if cases.scaling:
+        result["scaling"] = []
+        for fw in frameworks:
+            row = scaling_case(workload, fw, root)
+            result["scaling"].append(row)
+            print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup "
+                  f"{row['speedup_2_vs_1']}", flush=True)
+    return _write(out, name, result)
+
+
+def _write(out: Path, workload: str, result: dict[str, Any]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{workload}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,270 @@
+"""`sciperf characterize workload=… framework=… [run=OUT]`: what a benchmark asks of a system.
+
+Counted from the model spec, not measured, so the numbers hold for every framework:
+
+* FLOPs per sample. Convention: the multiply-adds of the convolution and dense layers, 2
+  FLOPs each (what torch's FlopCounterMode counts; bias adds, norms, the ASPP affine,
+  activations, pooling, upsampling, dropout and the loss are left out — under 0.1 % for
+  a plain CNN, about 0.4 % for a normalised segmentation net at ~4 FLOPs per feature-map
+  element). Each workload lists its counted layers (``Workload.flops``, its ``flops.py``).
+  A conv's multiply-adds are prod(weight shape) × its OUTPUT positions (a depthwise conv's
+  weight is c·1·k·k), a transposed conv's × its INPUT positions, as FlopCounterMode counts
+  them (padding included). Forward: Σ 2·MACs. Backward: each layer's weight gradient costs
+  its forward, and so does its input gradient — except the first layer's, which nobody
+  needs: backward = 2·forward − forward(first layer). That holds for depthwise and
+  transposed convs too. FlopCounterMode agrees with it everywhere except the
+  weight gradient of a grouped conv, which its formula counts as if the conv were dense
+  (groups ignored: c × the real work for a depthwise conv); the tests show the difference
+  is exactly that and nothing else. A training sample costs forward + backward; an
+  evaluation sample its forward.
+* Bytes read per sample and per epoch: the mean size of the sample files of the data
+  format (data.dir when its train split holds them, e.g. gzip'ed TFRecords), else the
+  format's uncompressed payload from the spec.
+* Gradient all-reduce bytes per step and rank: ring all-reduce of fp32 gradients,
+  2·(N−1)/N × 4 bytes × parameters for N ranks.
+* Arithmetic intensity: training FLOPs per byte read (I/O), and per byte all-reduced.
+
+With a measured run (`run=OUT`, its summary.json) it adds the achieved FLOP/s (counted
+training FLOPs × measured training samples/s), the I/O bandwidth the training consumed and,
+where the system config gives `peak_flops` / `peak_io_bw` (per node), the fraction of the
+machine's peak; and it draws the roofline (`roofline.png`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sciperf.errors import SciperfError
+from sciperf.results.logs import parse_log
+from sciperf.workloads import WORKLOADS, get
+from sciperf.workloads.base import Layer, Workload
+
+FP32_BYTES = 4
+
+
+def _counted(name: str) -> Workload:
+    """The workload, if its contract can count layers (``Workload.flops``)."""
+    supported = tuple(w for w in WORKLOADS if get(w).flops is not None)
+    if name not in supported:
+        raise SciperfError(f"characterize counts {', '.join(supported)} only, not "
+                           f"workload={name}")
+    return get(name)
+
+
+def layers(model: Any) -> list[Layer]:
+    """The counted layers of a model spec, by the workload whose contract defines its
+    class (``Workload.model``)."""
+    owner = next((get(w) for w in WORKLOADS if isinstance(model, get(w).model)), None)
+    if owner is None:
+        raise SciperfError(f"{type(model).__name__} is no registered workload's model")
+    return _counted(owner.name).flops(model)  # type: ignore[misc]
+
+
+@dataclass
+class Counts:
+    """Per-sample FLOPs and parameters of a model."""
+
+    forward: int
+    backward: int
+    params: int
+    first_layer_forward: int
+
+    @property
+    def train(self) -> int:
+        return self.forward + self.backward
+
+
+def count_flops(model: Any) -> Counts:
+    """FLOPs per sample by the convention of the module docstring."""
+    found = layers(model)
+    forward = sum(2 * layer.macs for layer in found)
+    first = 2 * found[0].macs
+    return Counts(forward, 2 * forward - first, sum(layer.params for layer in found), first)
+
+
+def bytes_per_sample(cfg: Any) -> tuple[float, str]:
+    """Mean bytes of one training sample's files, and where the number comes from."""
+    workload = get(cfg.benchmark)
+    folder = Path(str(cfg.data.dir))
+    if (folder / "train").is_dir():
+        try:
+            files = workload.dataset.list_samples(folder, "train", cfg.data.format)[:64]
+        except SciperfError:
+            files = []
+        if files:
+            sizes = [sum(f.stat().st_size
+                         for f in workload.dataset.sample_files(p, cfg.data.format))
+                     for p in files]
+            return sum(sizes) / len(sizes), f"mean of {len(files)} files in {folder}/train"
+    payload = workload.dataset.payload_bytes(workload.model_spec(cfg))
+    return float(payload), f"{cfg.data.format} payload, uncompressed (no files in data.dir)"
+
+
+def allreduce_bytes(params: int, ranks: int) -> float:
+    """Bytes each rank sends (and receives) in a ring all-reduce of fp32 gradients."""
+    return 2 * (ranks - 1) / ranks * FP32_BYTES * params if ranks > 1 else 0.0
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """summary.json of a measured run directory (or the file)."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    if not file.is_file():
+        raise SciperfError(f"run={path}: no summary.json there (not a sciperf run directory)")
+    try:
+        summary = json.loads(file.read_text())
+    except ValueError as exc:
+        raise SciperfError(f"{file} is not valid JSON: {exc}") from None
+    if not isinstance(summary, dict) or "config" not in summary:
+        raise SciperfError(f"{file} is not a sciperf run summary (no config)")
+    if not summary.get("samples_per_s"):
+        raise SciperfError(f"{file}: the run measured no training throughput (no epoch ran)")
+    log = file.parent / str(summary.get("result_file", "result_0.txt"))
+    summary["nodes_used"] = int(parse_log(log).value("number_of_nodes", 1)) \
+        if log.is_file() else 1
+    return summary
+
+
+def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The numbers, as a JSON-ready dict. A measured run's own model/data/batch config is
+    used so the counts describe what ran."""
+    from omegaconf import OmegaConf
+    workload = _counted(cfg.benchmark)
+    if run is not None:
+        if run["benchmark"] != cfg.benchmark:
+            raise SciperfError(f"the run is {run['benchmark']}, not workload={cfg.benchmark}")
+        merged = OmegaConf.create(run["config"])
+        for key in ("peak_flops", "peak_io_bw"):  # the command line may supply the peaks
+            if cfg.system.get(key) is not None:
+                merged.system[key] = cfg.system[key]
+        cfg = merged
+    model = workload.model_spec(cfg)
+    counts = count_flops(model)
+    per_sample, source = bytes_per_sample(cfg)
+    ranks = int(run["world_size"]) if run else int(cfg.system.nodes) * max(
+        int(cfg.system.accelerators_per_node), 1)
+    gbs = int(cfg.train.global_batch_size)
+    comm = allreduce_bytes(counts.params, ranks)
+    step_flops_per_rank = counts.train * gbs / ranks
+    result: dict[str, Any] = {
+        "workload": cfg.benchmark, "framework": cfg.framework.name,
+        "experiment": cfg.experiment, "system": cfg.system.name,
+        "convention": "conv/deconv/dense multiply-adds × 2; backward = 2×forward − "
+                      "forward(first layer, no input gradient); bias/norm/activation/pool/"
+                      "loss not counted",
+        "layers": [asdict(layer) for layer in layers(model)],
+        "parameters": counts.params,
+        "flops_per_sample": {"forward": counts.forward, "backward": counts.backward,
+                             "train": counts.train, "eval": counts.forward},
+        "bytes_per_sample": per_sample, "bytes_source": source,
+        "train_samples": int(cfg.data.train_samples),
+        "bytes_per_epoch": per_sample * int(cfg.data.train_samples),
+        "ranks": ranks, "global_batch_size": gbs,
+        "allreduce_bytes_per_step_per_rank": comm,
+        "io_intensity_flop_per_byte": counts.train / per_sample,
+        "comm_intensity_flop_per_byte": step_flops_per_rank / comm if comm else None,
+    }
+    if run is not None:
+        result["measured"] = measured(result, run, cfg)
+    return result
+
+
+def measured(result: dict[str, Any], run: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """Achieved rates of a run and, with the system's per-node peaks × the nodes the run
+    used (MLLOG number_of_nodes), its fraction of them."""
+    rate = float(run["samples_per_s"])
+    nodes = int(run.get("nodes_used") or 1)
+    flops = result["flops_per_sample"]["train"] * rate
+    io = result["bytes_per_sample"] * rate
+    peak_flops = cfg.system.get("peak_flops")
+    peak_bw = cfg.system.get("peak_io_bw")
+    return {
+        "run_samples_per_s": rate, "nodes": nodes, "precision": run.get("precision"),
+        "achieved_flops": flops, "achieved_io_bytes_per_s": io,
+        "peak_flops": peak_flops * nodes if peak_flops else None,
+        "peak_io_bytes_per_s": peak_bw * nodes if peak_bw else None,
+        "fraction_of_peak_flops": flops / (peak_flops * nodes) if peak_flops else None,
+        "fraction_of_peak_io": io / (peak_bw * nodes) if peak_bw else None,
+    }
+
+
+def plot_roofline(result: dict[str, Any], path: Path) -> Any:
+    """FLOP/s against FLOPs per byte read: the compute and I/O ceilings of the system
+    config (where given), the workload's intensity and the measured point."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.5, 4.5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ai = result["io_intensity_flop_per_byte"]
+    got = result.get("measured") or {}
+    peak, bw = got.get("peak_flops"), got.get("peak_io_bytes_per_s")
+    xs = [ai / 100, ai * 100]
+    if bw:
+        ys = [min(bw * x, peak) if peak else bw * x for x in xs]
+        ax.plot(xs, ys, color="#1f77b4", label=f"I/O ceiling {bw / 1e9:.3g} GB/s")
+    if peak:
+        ax.axhline(peak, color="#d62728", label=f"compute ceiling {peak / 1e12:.3g} TFLOP/s")
+    ax.axvline(ai, color="#7f7f7f", ls=":", label=f"{result['workload']}: {ai:.3g} FLOP/byte")
+    if got:
+        ax.scatter([ai], [got["achieved_flops"]], color="black", zorder=3,
+                   label=f"measured {got['achieved_flops'] / 1e9:.3g} GFLOP/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training FLOPs per byte read")
+    ax.set_ylabel("FLOP/s")
+    note = "" if (peak or bw) else " (no peak_flops/peak_io_bw in the system config)"
+    ax.set_title(f"roofline: {result['workload']} {result['experiment']}{note}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.savefig(path, format="png")
+    return fig
+
+
+def write_outputs(result: dict[str, Any], out: Path) -> Path:
+    """characterize.json + roofline.png in `out`, each written aside and renamed."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".characterize.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, out / "characterize.json")
+    tmp = out / ".roofline.png.tmp"
+    plot_roofline(result, tmp)
+    os.replace(tmp, out / "roofline.png")
+    return out
+
+
+def _si(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3f} {prefix}{unit}"
+    return f"{value:.3f} {unit}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """A short human table of the result."""
+    f = result["flops_per_sample"]
+    rows = [
+        ("workload / experiment", f"{result['workload']} / {result['experiment']}"),
+        ("parameters", f"{result['parameters']:,}"),
+        ("FLOPs/sample forward", _si(f["forward"], "FLOP")),
+        ("FLOPs/sample backward", _si(f["backward"], "FLOP")),
+        ("FLOPs/sample train", _si(f["train"], "FLOP")),
+        ("bytes/sample read", f"{_si(result['bytes_per_sample'], 'B')} "
+                              f"({result['bytes_source']})"),
+        ("bytes/epoch read", _si(result["bytes_per_epoch"], "B")),
+        (f"all-reduce/step/rank ({result['ranks']} ranks)",
+         _si(result["allreduce_bytes_per_step_per_rank"], "B")),
+        ("I/O intensity", f"{result['io_intensity_flop_per_byte']:.1f} FLOP/byte"),
+    ]
+    got = result.get("measured")
+    if got:
+        frac = got["fraction_of_peak_flops"]
+        rows += [("measured samples/s", f"{got['run_samples_per_s']:.2f}"),
+                 ("achieved", _si(got["achieved_flops"], "FLOP/s")
+                  + (f" ({100 * frac:.2f} % of peak)" if frac is not None else "")),
+                 ("I/O bandwidth", _si(got["achieved_io_bytes_per_s"], "B/s"))]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,192 @@
+"""The workload contract: everything generic code may know about a workload.
+
+The driver (``sciperf.train``), ``prepare``, ``bench``, ``characterize``, ``score`` and the
+config composition read a workload only through a :class:`Workload` — never a module
+attribute found by ``getattr``, never an ``if name == …``. Each workload folder
+(``sciperf/workloads/<name>/``) builds one instance, ``WORKLOAD``, from its own spec module,
+where every benchmark-defining number is written once (docs/architecture.md, "The
+workload contract").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+SHARDING = ("strict", "uneven")
+
+
+class SampleReader(Protocol):
+    """Reads one sample file into numpy arrays, with the shapes and dtypes a loader
+    allocates (``tf.numpy_function`` outputs, DALI checks). Picklable, no open handles."""
+
+    x_shape: tuple[int, ...]
+    x_dtype: np.dtype
+    y_shape: tuple[int, ...]
+    y_dtype: np.dtype
+
+    def __call__(self, path: Path) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _stack(samples: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-size samples: one batch is the stacked arrays."""
+    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """How a workload's samples are found, read and made.
+
+    ``list_samples(root, split, fmt, n)``: sorted sample paths (the first n if n > 0);
+    ``sample_files(path, fmt)``: every file of one sample (staging copies them);
+    ``reader(root, fmt, model)``: the :class:`SampleReader` for a dataset directory and a
+    model spec (the input size it needs); ``prepare``: ``data.source`` → ``fn(cfg, force)``;
+    ``payload_bytes(model)``: one sample uncompressed (characterize, without files);
+    ``collate``: samples → one batch (variable-size samples: graphs, feature dicts).
+    """
+
+    formats: tuple[str, ...]  # the first is the reference format
+    splits: tuple[str, ...]
+    list_samples: Callable[..., list[Path]]
+    sample_files: Callable[[Path, str], list[Path]]
+    reader: Callable[[str | Path, str, Any], SampleReader]
+    prepare: Mapping[str, Callable[[Any, bool], None]]
+    payload_bytes: Callable[[Any], int]
+    collate: Callable[[list[tuple[np.ndarray, np.ndarray]]], tuple[np.ndarray, np.ndarray]] = \
+        _stack
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The quality metric: its MLLOG key, a human name, the target and its direction."""
+
+    key: str
+    name: str
+    target: float
+    higher_is_better: bool
+
+    def reached(self, value: float, target: float | None = None) -> bool:
+        """Whether `value` meets `target` (the spec's target by default)."""
+        goal = self.target if target is None else target
+        return value >= goal if self.higher_is_better else value <= goal
+
+
+@dataclass(frozen=True)
+class BenchCases:
+    """What ``sciperf bench`` times for a workload.
+
+    ``train``: experiment → (train samples, global batch, timed epochs);
+    ``input``: (model overrides of one input size, samples) pairs for the loader rows;
+    ``dataset(root, model, fmt, n)``: a small synthetic set for timing (re-used when
+    complete); ``size(model)``: the input size as the JSON rows report it.
+    """
+
+    train: Mapping[str, tuple[int, int, int]]
+    input: tuple[tuple[Mapping[str, Any], int], ...]
+    dataset: Callable[[Path, Any, str, int], Path]
+    size: Callable[[Any], Any]
+    staging: bool = False  # time staging against cp -r on this workload's data
+    scaling: bool = False  # time 1 vs 2 ranks through the real launcher
+
+
+@dataclass(frozen=True)
+class DaliFormat:
+    """How DALI reads a workload's fast npy format and transforms it in the pipeline.
+
+    ``suffix``/``label_path``: the npy files; ``x_dtype``/``ndim``: the data arrays;
+    ``label_dtype``/``label_shape(sample_shape)``: the labels; ``transform(root)``: the
+    in-pipeline transform (an object with ``apply(x)``), from the dataset root.
+    """
+
+    suffix: str
+    label_path: Callable[[Path], Path]
+    x_dtype: type
+    ndim: int
+    label_dtype: type
+    label_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+    not_npy: str  # the one-line error for other formats
+    transform: Callable[[str | Path | None, tuple[int, ...]], Any]  # (root, sample shape)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One weight layer as characterize counts it: multiply-adds per sample (0 for norms
+    and affines) and trainable parameters."""
+
+    name: str
+    kind: str
+    macs: int
+    params: int
+
+
+def _no_check(cfg: Any) -> None:
+    """Nothing to check."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One MLPerf-HPC workload, as generic code sees it.
+
+    Config dataclasses generate the Hydra node (``default_config``) and check the user's
+    ``model.*`` / ``opt.*`` keys. The LR is a per-optimizer-step function; the driver's
+    per-epoch record is derived from it (:meth:`lr_for_epoch`). ``per_step_lr`` says
+    whether it moves inside an epoch (backends then set it at every step; otherwise the
+    driver's epoch LR holds for the epoch).
+    """
+
+    name: str
+    metric: Metric
+    model: type  # ModelSpec dataclass: architecture knobs, parameter_count()
+    optimizer: type  # OptimizerSpec
+    train: type  # TrainSpec
+    data: type  # DataSpec
+    dataset: Dataset
+    sharding: str  # strict: counts divide by ranks × local batch; uneven: the reference's rule
+    lr_for_step: Callable[[Any, int, int], float]  # (cfg, step, steps per epoch) → LR
+    steps_per_epoch: Callable[[Any], int]  # optimizer steps per epoch of the configured set
+    per_step_lr: bool
+    mllog_hyperparameters: Callable[[Any, int, int], dict[str, Any]]
+    train_samples: int  # the reference dataset (closed division)
+    eval_samples: int
+    runs_for_score: int
+    rcp_epochs: Mapping[int, float]  # epochs to converge by global batch size (RCP means)
+    full_parameter_count: int
+    check_config: Callable[[Any], None] = _no_check  # model/opt values the schema can't restrict
+    check_run: Callable[[Any], None] = _no_check  # closed-division rules on the user's choices
+    flops: Callable[[Any], list[Layer]] | None = None  # counted layers of a model spec
+    bench: BenchCases | None = None
+    dali: DaliFormat | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.sharding not in SHARDING:
+            raise ValueError(f"{self.name}: sharding={self.sharding} is not one of "
+                             f"{', '.join(SHARDING)}")
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """On-disk formats, the reference's first."""
+        return self.dataset.formats
+
+    def default_config(self) -> dict[str, Any]:
+        """The ``workload=<name>`` Hydra node, generated from the dataclasses."""
+        return {"benchmark": self.name, "model": asdict(self.model()),
+                "opt": asdict(self.optimizer()), "train": asdict(self.train()),
+                "data": asdict(self.data())}
+
+    def model_spec(self, cfg: Any) -> Any:
+        """The ModelSpec of a run config (``cfg.model``)."""
+        return self.model(**dict(cfg.model))
+
+    def reached(self, metric: float, target: float) -> bool:
+        """Quality target test in the metric's direction."""
+        return self.metric.reached(metric, target)
+
+    def lr_for_epoch(self, cfg: Any, epoch: int, steps_per_epoch: int | None = None) -> float:
+        """LR at the first optimizer step of 0-indexed `epoch` (the driver's record)."""
+        steps = steps_per_epoch or self.steps_per_epoch(cfg)
+        return self.lr_for_step(cfg, epoch * steps, steps)

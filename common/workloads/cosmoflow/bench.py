@@ -1,0 +1,29 @@
+"""What `sciperf bench` times for CosmoFlow: cases, input sizes, the timing dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sciperf.workloads.base import BenchCases
+from sciperf.workloads.cosmoflow import synthetic
+
+
+def dataset(root: Path, model: Any, fmt: str, n_train: int) -> Path:
+    """A small synthetic set for timing (re-used when already complete)."""
+    size = int(model.input_size)
+    folder = root / f"{size}" / fmt
+    req = synthetic.GenerateRequest(str(folder), fmt, n_train, n_train // 2, size, 0)
+    if not synthetic.dataset_complete(req):
+        synthetic.generate(req, show_progress=False)
+    return folder
+
+
+CASES = BenchCases(
+    train={"mini": (64, 16, 2), "full": (8, 4, 1)},  # experiment → (samples, GBS, epochs)
+    input=(({"input_size": 32}, 64), ({"input_size": 128}, 8)),
+    dataset=dataset,
+    size=lambda model: int(model.input_size),
+    staging=True,
+    scaling=True,
+)

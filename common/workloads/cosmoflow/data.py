@@ -1,0 +1,108 @@
+"""CosmoFlow on-disk formats, defined once (docs/architecture.md, rule 5) with numpy only.
+
+* ``tfrecord`` — the reference format, read as is from the real 1.7 TB dataset: one
+  gzip-compressed TFRecord per sample under ``<dir>/train`` and ``<dir>/validation``,
+  features ``x`` (raw little-endian int16 bytes, shape 128³×4) and ``y`` (4 floats).
+* ``npy`` — the fast format: ``<name>.data.npy`` (int16, channels-last) beside
+  ``<name>.label.npy`` (float32, 4), uncompressed, read with one memcpy.
+
+Framework loaders call :func:`list_samples` and :func:`read_sample`; no second definition
+of either format exists anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dataclasses import dataclass
+
+from sciperf.data import npy
+from sciperf.data.tfrecord import TFRecordError
+from sciperf.data.layout import SampleLayout
+from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
+from sciperf.data.layout import sample_files as sample_files
+from sciperf.errors import SciperfError
+from sciperf.workloads.cosmoflow import spec as spec
+from sciperf.workloads.cosmoflow import tfrecord
+
+SUFFIX = {"tfrecord": ".tfrecord", "npy": ".data.npy"}
+LAYOUT = SampleLayout(SUFFIX, spec.SPLITS)
+split_dir, list_samples = LAYOUT.split_dir, LAYOUT.list_samples
+
+
+def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file."""
+    LAYOUT.check_format(fmt)
+    if fmt == "tfrecord":
+        try:
+            return tfrecord.read_sample(path, tuple(shape))
+        except (TFRecordError, OSError) as exc:
+            raise SciperfError(str(exc)) from exc
+    x = _load_npy(path, np.dtype(spec.SAMPLE_DTYPE), tuple(shape))
+    y = _load_npy(label_path(path), np.float32, (spec.TARGET_SIZE,))
+    return x, y
+
+
+def _load_npy(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    """np.load with the checks a corrupt or foreign file needs."""
+    try:
+        arr = npy.load(path)  # thread-safe header parse (loader threads)
+    except (OSError, ValueError, EOFError) as exc:
+        raise SciperfError(f"cannot read {path}: {exc}") from exc
+    if arr.dtype != dtype or arr.shape != shape:
+        raise SciperfError(
+            f"{path}: expected {np.dtype(dtype).name} {shape}, found {arr.dtype} {arr.shape}"
+        )
+    return arr
+
+
+def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray) -> Path:
+    """Write one sample atomically (temp file + rename); returns the data file path."""
+    if fmt == "tfrecord":
+        path = folder / f"{name}{SUFFIX['tfrecord']}"
+        tfrecord.write_sample(path, x.astype("<i2"), y.astype(np.float32))
+        return path
+    path = folder / f"{name}{SUFFIX['npy']}"
+    _save_npy(label_path(path), y.astype(np.float32))
+    _save_npy(path, x.astype(np.int16))
+    return path
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, arr)
+    os.replace(tmp, path)
+
+
+def transform(x: np.ndarray) -> np.ndarray:
+    """Reference input transform log(1 + x) to float32 (numpy reference for the loaders)."""
+    return np.log1p(x.astype(np.float32))
+
+
+@dataclass(frozen=True)
+class SampleReader:
+    """The loaders' read function for one format and input size (picklable, no state)."""
+
+    fmt: str
+    x_shape: tuple[int, ...]
+    x_dtype: np.dtype = np.dtype(spec.SAMPLE_DTYPE)
+    y_shape: tuple[int, ...] = (spec.TARGET_SIZE,)
+    y_dtype: np.dtype = np.dtype(np.float32)
+
+    def __call__(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        return read_sample(Path(path), self.fmt, self.x_shape)
+
+
+def make_reader(root: str | Path, fmt: str, model: spec.ModelSpec) -> SampleReader:
+    """The reader of a dataset in `fmt` for `model`'s input (int16 counts, channels-last)."""
+    LAYOUT.check_format(fmt)
+    return SampleReader(fmt, (model.input_size,) * 3 + (model.in_channels,))
+
+
+def payload_bytes(model: spec.ModelSpec) -> int:
+    """One sample uncompressed: the int16 cube and the float32 regression targets."""
+    return int(model.input_size) ** 3 * int(model.in_channels) * 2 + spec.TARGET_SIZE * 4

@@ -1,0 +1,29 @@
+"""What `sciperf bench` times for DeepCAM: cases, input sizes, the timing dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sciperf.workloads.base import BenchCases
+from sciperf.workloads.deepcam import synthetic as climate
+
+
+def dataset(root: Path, model: Any, fmt: str, n_train: int) -> Path:
+    """Synthetic climate for timing (re-used when already complete)."""
+    height, width = int(model.height), int(model.width)
+    folder = root / f"{height}x{width}" / fmt
+    req = climate.GenerateRequest(str(folder), fmt, n_train, max(n_train // 2, 1), height,
+                                  width, 0)
+    if not climate.dataset_complete(req):
+        climate.generate(req, show_progress=False)
+    return folder
+
+
+CASES = BenchCases(
+    # full: one sample per epoch, one warm-up step and one timed step
+    train={"mini": (32, 8, 2), "full": (1, 1, 1)},
+    input=(({"height": 96, "width": 144}, 64), ({"height": 768, "width": 1152}, 8)),
+    dataset=dataset,
+    size=lambda model: [int(model.height), int(model.width)],
+)

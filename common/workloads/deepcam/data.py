@@ -1,0 +1,350 @@
+"""DeepCAM on-disk formats, defined once (docs/architecture.md, rule 5) with numpy and h5py only.
+
+* ``hdf5`` — the reference format, read as is from the real 8.8 TB dataset: one file per
+  sample under ``<dir>/train`` and ``<dir>/validation`` holding ``climate/data``
+  (H, W, 16) float32 and ``climate/labels_0`` (H, W) with values {0, 1, 2}; plus
+  ``<dir>/stats.h5`` with per-channel ``climate/minval``, ``maxval``, ``mean``, ``sqmean``
+  and ``count`` over the training split.
+* ``npy`` — the fast format optimized submissions convert to: ``<name>.data.npy``
+  (float32, H×W×16, raw values) beside ``<name>.label.npy`` (uint8, H×W), read with one
+  memcpy each; normalised with the same ``stats.h5``.
+
+Samples are min-max normalised per channel as the reference does,
+x' = (x − minval) · (1 / (maxval − minval)) in float32, and stay channels-last (HWC);
+framework adapters turn them into NCHW-with-channels-last-memory or NHWC tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from sciperf.data import npy
+from sciperf.data.layout import SampleLayout
+from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
+from sciperf.data.layout import sample_files as sample_files
+from sciperf.data.partials import files_digest, gather, write_part
+from sciperf.data.sharding import shard
+from sciperf.errors import SciperfError
+from sciperf.progress import Progress
+from sciperf.workloads.deepcam import spec as spec
+
+SUFFIX = {"hdf5": ".h5", "npy": ".data.npy"}
+LAYOUT = SampleLayout(SUFFIX, spec.SPLITS)
+split_dir, list_samples, _check_format = LAYOUT.split_dir, LAYOUT.list_samples, LAYOUT.check_format
+STATS_FILE = "stats.h5"
+DATA_KEY, LABEL_KEY = "climate/data", "climate/labels_0"
+STATS_KEYS = ("minval", "maxval", "mean", "sqmean", "count")
+
+
+# --- normalisation statistics --------------------------------------------------------------
+def stats_path(root: str | Path) -> Path:
+    """`<root>/stats.h5` (beside train/ and validation/, where the reference keeps it)."""
+    return Path(root) / STATS_FILE
+
+
+def read_stats(path: str | Path) -> dict[str, np.ndarray]:
+    """Every ``climate/<key>`` array of a stats file; a bad file is one line naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise SciperfError(f"normalisation statistics {path} do not exist "
+                           "(`sciperf prepare` computes them over the train split)")
+    try:
+        with h5py.File(path, "r") as fh:
+            out = {k: np.asarray(fh[f"climate/{k}"][...], np.float64) for k in STATS_KEYS}
+    except (OSError, KeyError) as exc:
+        raise SciperfError(f"cannot read statistics {path}: {_reason(exc)}") from exc
+    for key in ("minval", "maxval"):
+        if out[key].shape != (spec.SAMPLE_SHAPE[2],):
+            raise SciperfError(f"{path}: climate/{key} has shape {out[key].shape}, "
+                               f"expected ({spec.SAMPLE_SHAPE[2]},)")
+    return out
+
+
+def normalisation(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, scale) float32 (C,) for x' = (x − shift)·scale, computed as the reference
+    does: scale = 1 / (maxval − minval) in float64, then cast."""
+    stats = read_stats(path)
+    span = stats["maxval"] - stats["minval"]
+    if np.any(span <= 0):
+        bad = int(np.argmax(span <= 0))
+        raise SciperfError(f"{path}: channel {bad} ({spec.CHANNELS[bad]}) has maxval <= "
+                           "minval; the statistics are unusable")
+    return stats["minval"].astype(np.float32), (1.0 / span).astype(np.float32)
+
+
+@dataclass
+class StatsAccumulator:
+    """Per-channel running min/max/sum/sum of squares; mergeable across workers/ranks."""
+
+    minval: np.ndarray | None = None
+    maxval: np.ndarray | None = None
+    total: np.ndarray | None = None
+    squares: np.ndarray | None = None
+    count: int = 0
+
+    def add(self, x: np.ndarray) -> None:
+        """Fold one (H, W, C) sample in (float64 sums: 10^11 values stay exact enough)."""
+        flat = x.reshape(-1, x.shape[-1]).astype(np.float64)
+        parts = (flat.min(0), flat.max(0), flat.sum(0), np.square(flat).sum(0), len(flat))
+        self.merge(StatsAccumulator(*parts))
+
+    def merge(self, other: StatsAccumulator) -> None:
+        """Combine with another accumulator (e.g. another rank's)."""
+        if other.count == 0:
+            return
+        if self.count == 0:
+            self.minval, self.maxval = other.minval.copy(), other.maxval.copy()
+            self.total, self.squares = other.total.copy(), other.squares.copy()
+        else:
+            self.minval = np.minimum(self.minval, other.minval)
+            self.maxval = np.maximum(self.maxval, other.maxval)
+            self.total, self.squares = self.total + other.total, self.squares + other.squares
+        self.count += other.count
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The stats.h5 arrays (count = pixels per channel)."""
+        n = float(self.count)
+        return {"minval": self.minval, "maxval": self.maxval, "mean": self.total / n,
+                "sqmean": self.squares / n, "count": np.full_like(self.total, n)}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state as arrays (a rank's part for `from_arrays` on rank 0)."""
+        if self.count == 0:
+            return {"count": np.array(0)}
+        return {"minval": self.minval, "maxval": self.maxval, "total": self.total,
+                "squares": self.squares, "count": np.array(self.count)}
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> StatsAccumulator:
+        """Inverse of `arrays`."""
+        if int(a["count"]) == 0:
+            return cls()
+        return cls(a["minval"], a["maxval"], a["total"], a["squares"], int(a["count"]))
+
+
+def accumulate(files: Sequence[Path], fmt: str, workers: int = 4,
+               bar: Progress | None = None) -> StatsAccumulator:
+    """Statistics of raw samples, `workers` files read at a time (numpy reads release the
+    GIL), folded in file order so the sums do not depend on thread timing. At most
+    2 × workers samples are in memory (a full-size sample is 57 MB)."""
+    acc, workers = StatsAccumulator(), max(1, workers)
+    pending: deque[Future] = deque()
+
+    def fold_oldest() -> None:
+        acc.add(pending.popleft().result()[0])
+        if bar is not None:
+            bar.update()
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="sciperf-stats") as pool:
+        for path in files:
+            pending.append(pool.submit(read_raw, path, fmt))
+            if len(pending) >= 2 * workers:
+                fold_oldest()
+        while pending:
+            fold_oldest()
+    return acc
+
+
+def compute_stats(files: Iterable[Path], fmt: str, total: int | None = None,
+                  show_progress: bool = True, workers: int = 4) -> dict[str, np.ndarray]:
+    """Statistics of raw (unnormalised) data over `files` (the train split)."""
+    files = list(files)
+    bar = Progress(total or len(files), "computing stats.h5", enabled=show_progress)
+    acc = accumulate(files, fmt, workers, bar)
+    if acc.count == 0:
+        raise SciperfError("no training samples to compute statistics from")
+    return acc.result()
+
+
+def parallel_stats(root: str | Path, fmt: str, n: int, rank: int, world: int,
+                   workers: int = 4, timeout_s: float = 3600.0,
+                   show_progress: bool = True) -> Path | None:
+    """stats.h5 over the train split with every rank reading its strided share; rank 0
+    merges the parts (through the data directory) and writes the file, others return None.
+    One rank writes it at once, so a launched job gives the single-process result. Rank 0
+    waits for the others as long as its own equal share took, plus `timeout_s`."""
+    root = Path(root)
+    files = list_samples(root, "train", fmt, n)
+    mine = shard(files, rank, world)
+    bar = Progress(len(mine), f"computing stats.h5 (rank {rank}/{world})",
+                   enabled=show_progress and rank == 0)
+    start = time.monotonic()
+    acc = accumulate(mine, fmt, workers, bar)
+    timeout_s += time.monotonic() - start
+    if world > 1:
+        folder = root / ".stats-parts"
+        write_part(folder, rank, world, acc.arrays(), files_digest(mine))
+        if rank != 0:
+            return None
+        parts = gather(folder, world, lambda r: files_digest(shard(files, r, world)),
+                       timeout_s, "computing stats.h5")
+        acc = StatsAccumulator()
+        for part in parts:
+            acc.merge(StatsAccumulator.from_arrays(part))
+    if acc.count == 0:
+        raise SciperfError("no training samples to compute statistics from")
+    return write_stats(stats_path(root), acc.result())
+
+
+def write_stats(path: str | Path, stats: dict[str, np.ndarray]) -> Path:
+    """Write stats.h5 atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with h5py.File(tmp, "w") as fh:
+        for key in STATS_KEYS:
+            fh.create_dataset(f"climate/{key}", data=np.asarray(stats[key], np.float64))
+    os.replace(tmp, path)
+    return path
+
+
+# --- samples ---------------------------------------------------------------------------------
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_raw(path: Path, fmt: str,
+             shape: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One sample as stored: (float32 (H, W, C), uint8 (H, W)); bad files name the file.
+
+    `shape` (H, W, C) is what the model expects; a mismatch is reported, not reshaped.
+    """
+    _check_format(fmt)
+    if fmt == "hdf5":
+        x, y = _read_hdf5(path)
+    else:
+        x, y = _load_npy(path, "data"), _load_npy(label_path(path), "label")
+    if x.ndim != 3 or y.shape != x.shape[:2]:
+        raise SciperfError(f"{path}: data {x.shape} and labels {y.shape} do not fit "
+                           "(expected (H, W, C) data and (H, W) labels)")
+    if shape is not None and x.shape != tuple(shape):
+        raise SciperfError(f"{path}: sample shape {x.shape} does not match the model's "
+                           f"input {tuple(shape)} (model.height/width/in_channels)")
+    return np.asarray(x, np.float32), _labels(path, y)
+
+
+def _read_hdf5(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with h5py.File(path, "r") as fh:
+            return fh[DATA_KEY][...], fh[LABEL_KEY][...]
+    except KeyError as exc:
+        raise SciperfError(f"{path}: missing dataset {DATA_KEY} or {LABEL_KEY}") from exc
+    except (OSError, ValueError) as exc:
+        raise SciperfError(f"cannot read {path}: {_reason(exc)}") from exc
+
+
+def _load_npy(path: Path, what: str) -> np.ndarray:
+    try:
+        return npy.load(path)  # thread-safe header parse (loader threads)
+    except (OSError, ValueError, EOFError) as exc:
+        raise SciperfError(f"cannot read {what} file {path}: {_reason(exc)}") from exc
+
+
+def _labels(path: Path, y: np.ndarray) -> np.ndarray:
+    """Labels as uint8; values outside {0, 1, 2} are a corrupt or foreign file."""
+    if y.dtype.kind not in "iuf" or (y.size and (y.min() < 0 or y.max() >= spec.NUM_CLASSES)):
+        raise SciperfError(f"{path}: labels must be classes 0..{spec.NUM_CLASSES - 1} "
+                           f"(found dtype {y.dtype})")
+    return y.astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class SampleReader:
+    """Reads and normalises one sample; the loaders' read function (picklable, no state)."""
+
+    fmt: str
+    shape: tuple[int, int, int]
+    shift: np.ndarray
+    scale: np.ndarray
+
+    x_dtype = np.dtype(np.float32)
+    y_dtype = np.dtype(np.uint8)
+
+    @property
+    def x_shape(self) -> tuple[int, int, int]:
+        """(H, W, C) of one sample."""
+        return self.shape
+
+    @property
+    def y_shape(self) -> tuple[int, int]:
+        """(H, W) class map of one sample."""
+        return self.shape[:2]
+
+    def __call__(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        x, y = read_raw(Path(path), self.fmt, self.shape)
+        x = (x - self.shift[: x.shape[-1]]) * self.scale[: x.shape[-1]]
+        return x.astype(np.float32, copy=False), y
+
+
+def make_reader(root: str | Path, fmt: str, shape: tuple[int, int, int]) -> SampleReader:
+    """The reader of a dataset directory (its stats.h5 fixes the normalisation)."""
+    _check_format(fmt)
+    shift, scale = normalisation(stats_path(root))
+    return SampleReader(fmt, tuple(int(s) for s in shape), shift, scale)
+
+
+def model_reader(root: str | Path, fmt: str, model: spec.ModelSpec) -> SampleReader:
+    """The reader for `model`'s input size (the contract's ``Dataset.reader``)."""
+    return make_reader(root, fmt, (model.height, model.width, model.in_channels))
+
+
+def payload_bytes(model: spec.ModelSpec) -> int:
+    """One sample uncompressed: float32 H×W×C climate fields and uint8 H×W labels."""
+    pixels = int(model.height) * int(model.width)
+    return pixels * int(model.in_channels) * 4 + pixels
+
+
+def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray) -> Path:
+    """Write one sample atomically (temp file + rename); returns the data file path."""
+    _check_format(fmt)
+    if fmt == "hdf5":
+        path = folder / f"{name}{SUFFIX['hdf5']}"
+        tmp = path.with_name(f".{path.name}.tmp")
+        with h5py.File(tmp, "w") as fh:
+            fh.create_dataset(DATA_KEY, data=np.asarray(x, np.float32))
+            fh.create_dataset(LABEL_KEY, data=np.asarray(y, np.uint8))
+        os.replace(tmp, path)
+        return path
+    path = folder / f"{name}{SUFFIX['npy']}"
+    _save_npy(label_path(path), np.asarray(y, np.uint8))
+    _save_npy(path, np.asarray(x, np.float32))
+    return path
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, arr)
+    os.replace(tmp, path)
+
+
+def convert(root: str | Path, show_progress: bool = True, rank: int = 0,
+            world: int = 1) -> int:
+    """hdf5 → npy beside each sample (`sciperf prepare data.source=convert`); returns how
+    many this rank handled (its strided share when launched as `world` ranks). Files
+    already converted (npy newer than the hdf5) are skipped."""
+    root = Path(root)
+    pairs = []
+    for split in spec.SPLITS:
+        for src in list_samples(root, split, "hdf5"):
+            dst = src.with_name(src.name[: -len(SUFFIX["hdf5"])] + SUFFIX["npy"])
+            pairs.append((src, dst))
+    pairs = shard(pairs, rank, world)
+    bar = Progress(len(pairs), "converting hdf5 → npy", enabled=show_progress and rank == 0)
+    for src, dst in pairs:
+        if not (dst.is_file() and label_path(dst).is_file()
+                and dst.stat().st_mtime >= src.stat().st_mtime):
+            x, y = read_raw(src, "hdf5")
+            name = dst.name[: -len(SUFFIX["npy"])]
+            write_sample(dst.parent, name, "npy", x, y)
+        bar.update()
+    return len(pairs)

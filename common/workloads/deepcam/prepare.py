@@ -1,0 +1,73 @@
+"""DeepCAM's `sciperf prepare` sources: synthetic climate (+ stats.h5), hdf5 → npy
+conversion, stats.h5 over an existing train split, or verification of existing data."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from sciperf.data.layout import check_writable
+from sciperf.distributed import discover
+from sciperf.workloads.deepcam import data as dc
+from sciperf.workloads.deepcam import synthetic as climate
+
+
+def prepare_synthetic(cfg: Any, force: bool = False) -> None:
+    """Synthetic climate samples and their stats.h5, unless an identical set exists."""
+    root = Path(cfg.data.dir)
+    req = climate.GenerateRequest(
+        root=str(root.resolve()), fmt=cfg.data.format, train_samples=int(cfg.data.train_samples),
+        eval_samples=int(cfg.data.eval_samples), height=int(cfg.model.height),
+        width=int(cfg.model.width), seed=int(cfg.seed))
+    if not force and climate.dataset_complete(req):
+        print(f"dataset ready: {req.root} ({req.train_samples}+{req.eval_samples} {req.fmt} "
+              f"samples, {req.height}×{req.width}×16, seed {req.seed})")
+        return
+    check_writable(root)
+    freq = climate.generate(req)
+    shares = ", ".join(f"{k} {v:.5f}" for k, v in freq.items())
+    print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} climate samples "
+          f"({req.height}×{req.width}×16) and stats.h5 to {req.root}; train classes: {shares}")
+
+
+def convert(cfg: Any, force: bool = False) -> None:
+    """Reference hdf5 → npy beside it, each rank of a launched prepare its share."""
+    root = Path(cfg.data.dir)
+    check_writable(root)
+    info = discover()
+    count = dc.convert(root, rank=info.rank, world=info.world)
+    share = f" (rank {info.rank}'s share of {info.world})" if info.world > 1 else ""
+    print(f"converted {count} hdf5 samples to npy under {root}{share} "
+          f"(stats: {dc.stats_path(root)})")
+
+
+def stats(cfg: Any, force: bool = False) -> None:
+    """stats.h5 over an existing train split (e.g. a dataset that came without one), each
+    rank of a launched `sciperf prepare` reading its share."""
+    root = Path(cfg.data.dir)
+    check_writable(root)
+    info = discover()
+    start = time.perf_counter()
+    path = dc.parallel_stats(root, cfg.data.format, int(cfg.data.train_samples), info.rank,
+                             info.world, workers=int(cfg.data.prepare_workers),
+                             timeout_s=float(cfg.distributed.timeout_s))
+    if path is not None:
+        n = len(dc.list_samples(root, "train", cfg.data.format, int(cfg.data.train_samples)))
+        print(f"wrote {path} over {n} {cfg.data.format} train samples with {info.world} "
+              f"rank(s) in {time.perf_counter() - start:.1f} s")
+
+
+def verify_existing(cfg: Any, force: bool = False) -> None:
+    """Existing data: the files are there, the stats are readable, one sample fits."""
+    root = Path(cfg.data.dir)
+    dc.normalisation(dc.stats_path(root))
+    shape = (int(cfg.model.height), int(cfg.model.width), int(cfg.model.in_channels))
+    for split, n in (("train", cfg.data.train_samples), ("validation", cfg.data.eval_samples)):
+        files = dc.list_samples(root, split, cfg.data.format, n)
+        dc.read_raw(files[0], cfg.data.format, shape)
+        print(f"{root}/{split}: {len(files)} {cfg.data.format} samples")
+
+
+SOURCES = {"synthetic": prepare_synthetic, "existing": verify_existing, "convert": convert,
+           "stats": stats}

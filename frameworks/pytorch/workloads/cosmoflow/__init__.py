@@ -1,0 +1,1 @@
+"""cosmoflow in pytorch: backend (hooks of the framework's template) and model."""

@@ -1,1 +1,0 @@
-"""Single-device models; distribution and precision are applied from outside (runtime)."""

@@ -1,0 +1,20 @@
+"""The workloads sciperf_tensorflow implements: name → ``"module:Class"`` of its backend.
+
+The `tensorflow` entry point of the `sciperf.backends` group; classes are imported only when
+a run asks for them (``sciperf.backends.backend_class``). Adding a workload is one line
+here (docs/architecture.md, "Adding a workload").
+"""
+
+from __future__ import annotations
+
+BACKENDS = {
+    "cosmoflow": "sciperf_tensorflow.workloads.cosmoflow.backend:CosmoFlowBackend",
+    "deepcam": "sciperf_tensorflow.workloads.deepcam.backend:DeepCamBackend",
+}
+
+
+def versions() -> dict[str, str]:
+    """Framework versions and device (what `sciperf info` reports for this framework)."""
+    from sciperf_tensorflow import runtime
+
+    return runtime.versions()

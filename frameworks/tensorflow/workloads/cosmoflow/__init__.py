@@ -1,0 +1,1 @@
+"""cosmoflow in tensorflow: backend (hooks of the framework's template) and model."""

@@ -1,0 +1,1 @@
+"""deepcam in tensorflow: backend (hooks of the framework's template) and model."""

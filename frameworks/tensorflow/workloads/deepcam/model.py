@@ -1,0 +1,233 @@
+"""DeepLabv3+ on the modified aligned Xception (output stride 16) in Keras 3, built from
+``sciperf.workloads.deepcam.ModelSpec``.
+
+Layer names are the spec's flat layer table, shared with the PyTorch model, so weights
+map by the generic rules of ``sciperf.weights``. Inputs are NHWC. Where Keras' 'same'
+padding differs from the reference (stride 2: Keras pads bottom/right only, PyTorch pads
+1 on each side; transposed convs with PyTorch's padding 1 + output padding 1) the layers
+pad or crop explicitly, so both frameworks compute the same function. BatchNorm is
+written out with PyTorch's semantics (eps 1e-5, momentum 0.1, unbiased running variance)
+instead of Keras' (eps 1e-3, biased). Under ``mixed_bfloat16`` the logits are cast to
+float32, so the loss is fp32.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from sciperf import weights
+from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepConvSpec
+
+BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # PyTorch's BatchNorm2d defaults (the reference)
+
+
+class BatchNorm(keras.layers.Layer):
+    """Batch normalisation with PyTorch semantics, statistics computed in float32."""
+
+    def __init__(self, channels: int, **kwargs):
+        super().__init__(**kwargs)
+        self.channels = channels
+
+    def build(self, input_shape=None) -> None:
+        c, f32 = (self.channels,), {"autocast": False}  # float32 statistics under bf16
+        self.gamma = self.add_weight(shape=c, initializer="ones", name="gamma", **f32)
+        self.beta = self.add_weight(shape=c, initializer="zeros", name="beta", **f32)
+        self.moving_mean = self.add_weight(shape=c, initializer="zeros", name="moving_mean",
+                                           trainable=False, **f32)
+        self.moving_variance = self.add_weight(shape=c, initializer="ones",
+                                               name="moving_variance", trainable=False, **f32)
+        self.built = True
+
+    def call(self, x, training: bool = False):
+        x32 = ops.cast(x, "float32")
+        if training:
+            mean, var = tf.nn.moments(x32, axes=[0, 1, 2])
+            n = tf.cast(tf.size(x32) // self.channels, tf.float32)
+            unbiased = var * n / tf.maximum(n - 1.0, 1.0)
+            self.moving_mean.assign((1 - BN_MOMENTUM) * self.moving_mean + BN_MOMENTUM * mean)
+            self.moving_variance.assign((1 - BN_MOMENTUM) * self.moving_variance
+                                        + BN_MOMENTUM * unbiased)
+        else:
+            mean, var = self.moving_mean, self.moving_variance
+        y = (x32 - mean) * (tf.math.rsqrt(var + BN_EPS) * self.gamma) + self.beta
+        return ops.cast(y, self.compute_dtype)
+
+
+class Affine(keras.layers.Layer):
+    """Per-channel γ·x + β after the ASPP image-pooling conv (the reference's
+    TrainableAffine)."""
+
+    def __init__(self, channels: int, **kwargs):
+        super().__init__(**kwargs)
+        self.channels = channels
+
+    def build(self, input_shape=None) -> None:
+        self.gamma = self.add_weight(shape=(self.channels,), initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=(self.channels,), initializer="zeros", name="beta")
+        self.built = True
+
+    def call(self, x):
+        return x * ops.cast(self.gamma, x.dtype) + ops.cast(self.beta, x.dtype)
+
+
+def _init(spec: LayerSpec):
+    """The spec's init distribution (shared with PyTorch) as a Keras initializer."""
+    scale = spec.init_scale()
+    if spec.init == "he_normal":
+        return keras.initializers.RandomNormal(0.0, scale)
+    return keras.initializers.RandomUniform(-scale, scale)
+
+
+def build_layer(spec: LayerSpec) -> keras.layers.Layer:
+    """The Keras layer of one table entry, built for its input channels."""
+    k, s, d, name = spec.kernel, spec.stride, spec.dilation, spec.name
+    if spec.kind == "norm":
+        layer = BatchNorm(spec.cout, name=name)
+    elif spec.kind == "affine":
+        layer = Affine(spec.cout, name=name)
+    elif spec.kind == "depthwise":
+        layer = keras.layers.DepthwiseConv2D(
+            k, strides=s, padding="valid" if s > 1 else "same", dilation_rate=d,
+            use_bias=False, depthwise_initializer=_init(spec), name=name)
+    elif spec.kind == "deconv":
+        layer = keras.layers.Conv2DTranspose(spec.cout, k, strides=s, padding="valid",
+                                             use_bias=False, kernel_initializer=_init(spec),
+                                             name=name)
+    else:
+        layer = keras.layers.Conv2D(
+            spec.cout, k, strides=s, padding="valid" if s > 1 or k == 1 else "same",
+            dilation_rate=d, use_bias=spec.bias, kernel_initializer=_init(spec),
+            bias_initializer=_init(spec), name=name)
+    layer.build((None, None, None, spec.cin))
+    return layer
+
+
+def pad_same(x, layer: LayerSpec):
+    """PyTorch's symmetric padding (dilation·(k//2) per side) before a strided k>1 conv."""
+    if layer.stride == 1 or layer.kernel == 1 or layer.kind == "deconv":
+        return x
+    p = layer.dilation * (layer.kernel // 2)
+    return ops.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
+
+
+class DeepCam(keras.Model):
+    """Xception encoder → ASPP → deconvolution decoder with a low-level skip (reference)."""
+
+    def __init__(self, spec: ModelSpec, **kwargs):
+        super().__init__(**kwargs)
+        spec.check()
+        self.spec = spec
+        self.table = {layer.name: layer for layer in spec.layers()}
+        self.named = {name: build_layer(layer) for name, layer in self.table.items()}
+        for name, layer in self.named.items():
+            setattr(self, name, layer)
+        self.blocks = spec.blocks()
+        self.exit = spec.exit_convs()
+        self.built = True
+
+    def _apply(self, name: str, x, training: bool = False):
+        layer, spec = self.named[name], self.table[name]
+        if spec.kind == "norm":
+            return layer(x, training=training)
+        y = layer(pad_same(x, spec))
+        if spec.kind == "deconv":  # PyTorch's padding=1, output_padding=1: drop row/col 0
+            y = y[:, 1:, 1:, :]
+        return y
+
+    def _sep(self, x, sep: SepConvSpec, training: bool):
+        x = self._apply(f"{sep.name}_pointwise", self._apply(f"{sep.name}_depthwise", x))
+        if sep.norm:
+            x = self._apply(sep.norm, x, training)
+        return ops.relu(x) if sep.relu else x
+
+    def _block(self, x, block: BlockSpec, training: bool):
+        out = x
+        for sep in block.convs:
+            out = self._sep(out, sep, training)
+        skip = x
+        if block.skip:
+            skip = self._apply(f"{block.name}_skipbn", self._apply(f"{block.name}_skip", x),
+                               training)
+        out = out + skip
+        return ops.relu(out) if block.end_with_relu else out
+
+    def _conv_bn_relu(self, x, conv: str, norm: str, training: bool):
+        return ops.relu(self._apply(norm, self._apply(conv, x), training))
+
+    def encoder(self, x, training: bool = False):
+        """(features at stride 16, low-level features at stride 4)."""
+        x = self._conv_bn_relu(x, "conv1", "bn1", training)
+        x = self._conv_bn_relu(x, "conv2", "bn2", training)
+        x = low = ops.relu(self._block(x, self.blocks[0], training))
+        for block in self.blocks[1:]:
+            x = self._block(x, block, training)
+        for sep in self.exit:
+            x = self._sep(x, sep, training)
+        return x, low
+
+    def aspp(self, x, training: bool = False):
+        """Four atrous branches + image pooling, concatenated → 1×1 → BN → ReLU."""
+        branches = [self._conv_bn_relu(x, f"aspp{i}", f"aspp{i}_bn", training)
+                    for i in range(1, 5)]
+        pooled = self._apply("gpool_conv", ops.mean(x, axis=(1, 2), keepdims=True))
+        pooled = ops.relu(self.named["gpool_affine"](pooled))
+        pooled = pooled * ops.ones_like(branches[0][..., :1])  # broadcast to H×W
+        x = ops.concatenate([*branches, pooled], axis=-1)
+        return self._conv_bn_relu(x, "aspp_conv", "aspp_bn", training)
+
+    def decoder(self, x, low, training: bool = False):
+        """Two deconvs to stride 4, concat the projected low-level features, 3 convs,
+        two more deconvs to full resolution (the last without BN)."""
+        low = self._conv_bn_relu(low, "low_conv", "low_bn", training)
+        x = self._conv_bn_relu(x, "deconv1a", "deconv1a_bn", training)
+        x = self._conv_bn_relu(x, "deconv1b", "deconv1b_bn", training)
+        x = ops.concatenate([x, low], axis=-1)
+        x = self._conv_bn_relu(x, "dec_conv1", "dec_bn1", training)
+        x = self._conv_bn_relu(x, "dec_conv2", "dec_bn2", training)
+        x = self._apply("dec_conv3", x)
+        x = self._conv_bn_relu(x, "deconv2", "deconv2_bn", training)
+        return self._apply("last_deconv", x)
+
+    def call(self, x, training: bool = False):
+        """x: (N, H, W, C) normalised climate fields → (N, H, W, classes) float32 logits."""
+        features, low = self.encoder(x, training)
+        logits = self.decoder(self.aspp(features, training), low, training)
+        return ops.cast(logits, "float32")
+
+
+# Layer type → canonical weight kind of the generic mapper (subclasses first).
+KINDS = ((keras.layers.DepthwiseConv2D, "depthwise"), (keras.layers.Conv2DTranspose, "deconv"),
+         (keras.layers.Conv2D, "conv"), (BatchNorm, "norm"), (Affine, "affine"))
+
+
+def layer_kind(layer: keras.layers.Layer) -> str | None:
+    """The canonical weight kind of a layer, None for layers without mapped weights."""
+    return next((kind for cls, kind in KINDS if isinstance(layer, cls)), None)
+
+
+def _mapped(model: DeepCam) -> dict[str, tuple[object, str]]:
+    """Canonical name → (variable, kind) of every weight (BN moving stats included)."""
+    out = {}
+    for name, layer in model.named.items():
+        kind = layer_kind(layer)
+        for var in layer.weights if kind else ():
+            out[weights.canonical_name(name, var.name, "keras", kind)] = (var, kind)
+    return out
+
+
+def export_weights(model: DeepCam) -> dict[str, np.ndarray]:
+    """Canonical ``{"<layer>/<param>": array}`` (Keras layout) of the model's weights."""
+    return {name: weights.to_canonical(name, np.asarray(var.numpy()), kind, "keras")
+            for name, (var, kind) in _mapped(model).items()}
+
+
+def import_weights(model: DeepCam, arrays: dict[str, np.ndarray]) -> None:
+    """Load canonical weights; an error names every missing, extra or mis-shaped entry."""
+    targets = _mapped(model)
+    want = {name: tuple(int(s) for s in var.shape) for name, (var, _) in targets.items()}
+    weights.check_entries(arrays, want, "weights")
+    for name, (var, kind) in targets.items():
+        var.assign(weights.from_canonical(name, arrays[name], kind, "keras").astype(var.dtype))
