@@ -8,10 +8,10 @@ whose ``BACKENDS`` maps a workload name to ``"module:Class"``, imported only whe
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-import importlib
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar

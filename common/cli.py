@@ -112,8 +112,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 @verb("characterize", "FLOPs/sample, bytes read, all-reduce bytes, arithmetic intensity; "
                       "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
 def cmd_characterize(args: argparse.Namespace) -> int:
-    from sciperf.tools.characterize import characterize, load_run, table, write_outputs
     from sciperf.config import compose
+    from sciperf.tools.characterize import characterize, load_run, table, write_outputs
     runs = [o.split("=", 1)[1] for o in args.overrides if o.startswith("run=")]
     overrides = [o for o in args.overrides if not o.startswith("run=")]
     if len(runs) > 1:
@@ -189,7 +189,8 @@ def _print_summary(summary: dict, out: str) -> None:
         ("time to train", _secs(summary["time_to_train_s"])),
         ("train throughput", _rate(summary["samples_per_s"])),
         (f"final {summary['metric_name']}", _num(summary["final_metric"])
-         + f" (target {summary['target']})"),
+         + f" (target {summary['target']}"
+         + (f", {summary['metric_label']})" if summary.get("metric_label") else ")")),
         ("parameters", f"{summary['parameter_count']:,}" if summary["parameter_count"] else "-"),
         ("results", f"{out}/{summary['result_file']}, {out}/" + summary_name(summary)),
     ]
@@ -229,12 +230,13 @@ def _num(v: float | None) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """Argument parser listing every verb."""
+    """Argument parser listing every verb (and the registered workloads)."""
+    from sciperf.workloads import DEFAULT, WORKLOADS
     p = argparse.ArgumentParser(
         prog="sciperf",
-        description="MLPerf-HPC scientific-ML benchmarks (CosmoFlow, …) in PyTorch and "
-                    "TensorFlow over one spec. Verbs take Hydra overrides key=value, e.g. "
-                    "`sciperf run workload=cosmoflow framework=pytorch experiment=mini`.",
+        description=f"MLPerf-HPC scientific-ML benchmarks ({', '.join(WORKLOADS)}) in PyTorch "
+                    "and TensorFlow over one spec. Verbs take Hydra overrides key=value, e.g. "
+                    f"`sciperf run workload={DEFAULT} framework=pytorch experiment=mini`.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="verbs:\n" + "\n".join(f"  {n:<8} {h}" for n, (h, _) in VERBS.items()),
     )

@@ -27,8 +27,8 @@ from sciperf.data.staging import StageReport, rank_share, stage_files, stage_roo
 from sciperf.distributed import RankInfo, discover, split_instances
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash, image_info
-from sciperf.results.mllog import MLLogger
 from sciperf.progress import fmt_duration
+from sciperf.results.mllog import MLLogger
 from sciperf.weights import save_npz
 from sciperf.workloads import get
 from sciperf.workloads.base import Workload
@@ -219,7 +219,8 @@ def instance_config(cfg: Any, info: RankInfo) -> Any:
     return cfg
 
 
-def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunState, rank: int) -> None:
+def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunState,
+          rank: int) -> None:
     """Epochs until the target is met or train.max_epochs is spent."""
     max_epochs = int(cfg.train.max_epochs)
     loop_start = time.time()
@@ -248,7 +249,8 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
             return
 
 
-def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResult, eval_s: float,
+def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResult,
+                eval_s: float,
                 max_epochs: int, loop_start: float) -> None:
     """One progress line per epoch: loss, metric vs target, throughput, ETA to max_epochs."""
     elapsed = time.time() - loop_start
@@ -261,7 +263,8 @@ def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResu
           f"| elapsed {fmt_duration(elapsed)}, ETA ≤ {fmt_duration(eta)}", flush=True)
 
 
-def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state: RunState, status: str,
+def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state: RunState,
+                   status: str,
                    t0: float, run_start: float | None, info: RankInfo) -> dict[str, Any]:
     """summary.json: the machine-readable outcome (written by rank 0, atomically)."""
     end = time.time()
@@ -280,6 +283,7 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
         "samples_per_s": state.train_samples_seen / state.train_seconds
         if state.train_seconds else None,
         "metric_name": workload.metric.key,
+        "metric_label": workload.metric.name,  # the human name, e.g. "validation MAE"
         "final_metric": state.metric,
         "target": float(cfg.train.target),
         "target_reached": state.success,

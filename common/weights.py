@@ -86,39 +86,37 @@ def _torch_to_keras_axes(ndim: int, kind: str) -> tuple[int, ...]:
     raise SciperfError(f"a {kind} kernel cannot have {ndim} dimensions")
 
 
-def to_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch") -> np.ndarray:
-    """A framework array (already named canonically, e.g. ``conv0/kernel``) in canonical layout."""
+def _torch_axes(name: str, ndim: int, kind: str, layout: str) -> tuple[int, ...] | None:
+    """The torch → Keras axis order of entry `name`, or None when it maps unchanged (not a
+    kernel, or already the Keras layout)."""
     _check(kind, KINDS, "layer kind")
     _check(layout, LAYOUTS, "layout")
     _, param = split_name(name)
-    arr = np.asarray(array)
     if param != "kernel" or layout == "keras":
-        return np.ascontiguousarray(arr)
-    return np.ascontiguousarray(arr.transpose(_torch_to_keras_axes(arr.ndim, kind)))
+        return None
+    return _torch_to_keras_axes(ndim, kind)
+
+
+def to_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch") -> np.ndarray:
+    """A framework array (already named canonically, e.g. ``conv0/kernel``) in canonical layout."""
+    arr = np.asarray(array)
+    axes = _torch_axes(name, arr.ndim, kind, layout)
+    return np.ascontiguousarray(arr if axes is None else arr.transpose(axes))
 
 
 def from_canonical(name: str, array: np.ndarray, kind: str, layout: str = "torch") -> np.ndarray:
     """Inverse of :func:`to_canonical`: a canonical array in the framework's own layout."""
-    _check(kind, KINDS, "layer kind")
-    _check(layout, LAYOUTS, "layout")
-    _, param = split_name(name)
     arr = np.asarray(array)
-    if param != "kernel" or layout == "keras":
-        return np.ascontiguousarray(arr)
-    axes = _torch_to_keras_axes(arr.ndim, kind)
-    return np.ascontiguousarray(arr.transpose(np.argsort(axes)))
+    axes = _torch_axes(name, arr.ndim, kind, layout)
+    return np.ascontiguousarray(arr if axes is None else arr.transpose(np.argsort(axes)))
 
 
 def canonical_shape(name: str, shape: tuple[int, ...], kind: str,
                     layout: str = "torch") -> tuple[int, ...]:
     """Shape a framework array of `shape` has once mapped by :func:`to_canonical`."""
-    _check(kind, KINDS, "layer kind")
-    _check(layout, LAYOUTS, "layout")
-    _, param = split_name(name)
     shape = tuple(int(s) for s in shape)
-    if param != "kernel" or layout == "keras":
-        return shape
-    return tuple(shape[i] for i in _torch_to_keras_axes(len(shape), kind))
+    axes = _torch_axes(name, len(shape), kind, layout)
+    return shape if axes is None else tuple(shape[i] for i in axes)
 
 
 def expected_arrays(layer_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -139,7 +137,7 @@ def check_arrays(arrays: Mapping[str, np.ndarray], layer_shapes: Mapping[str, tu
 def check_entries(arrays: Mapping[str, np.ndarray], want: Mapping[str, tuple[int, ...]],
                   source: str) -> None:
     """:func:`check_arrays` against full entry shapes (``"<layer>/<param>"`` → shape), for
-    models whose layers are not all kernel + bias (e.g. ``deepcam.ModelSpec.weight_shapes``)."""
+    models whose layers are not all kernel + bias (a ModelSpec's ``weight_shapes()``)."""
     problems = []
     missing = sorted(set(want) - set(arrays))
     extra = sorted(set(arrays) - set(want))

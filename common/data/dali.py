@@ -15,8 +15,8 @@ One pipeline reads one epoch of one shard:
 * ``shard_id``/``num_shards`` = rank/world. DALI shards contiguously; :func:`dali_order`
   interleaves the list first so that shard ``r`` holds exactly the files of
   ``sciperf.data.sharding.shard(files, r, world)`` (strided, like the native loader). Uneven
-  batches (``sharding="uneven"`` workloads) are only planned over this rank's own files (world 1): DALI's uneven
-  contiguous shards could not match the driver's strided ones;
+  batches (``sharding="uneven"`` workloads) are only planned over this rank's own files
+  (world 1): DALI's uneven contiguous shards could not match the driver's strided ones;
 * training: ``shuffle_after_epoch=True``, an exact permutation of the whole list (every
   sample once per epoch, over all shards together) drawn from
   ``shuffle_after_epoch_seed`` = :func:`epoch_seed` (seed, epoch). A fresh pipeline per

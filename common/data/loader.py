@@ -19,6 +19,13 @@ from pathlib import Path
 import numpy as np
 
 ReadFn = Callable[[Path], tuple[np.ndarray, np.ndarray]]
+Sample = tuple[np.ndarray, np.ndarray]
+CollateFn = Callable[[list[Sample]], Sample]
+
+
+def stack(samples: list[Sample]) -> Sample:
+    """Fixed-size samples: a batch is the stacked arrays (the default collate)."""
+    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
 _DONE = object()
 
 
@@ -60,12 +67,14 @@ def batch_sizes(n: int, batch_size: int, remainder: str) -> list[int]:
 
 class BatchLoader:
     """Yields (x, y) numpy batches of one shard, `batch_size` each (see `batch_sizes` for
-    what happens to a remainder)."""
+    what happens to a remainder). `collate` turns the samples of a batch into the batch:
+    stacked by default; variable-size samples (graphs, feature dicts) bring their own."""
 
     def __init__(self, files: Sequence[Path], read: ReadFn, batch_size: int, seed: int = 0,
                  shuffle: bool = True, prefetch: int = 4, workers: int = 2,
-                 remainder: str = "error"):
+                 remainder: str = "error", collate: CollateFn = stack):
         self.sizes = batch_sizes(len(files), batch_size, remainder)
+        self.collate = collate
         self.files, self.read, self.batch_size = list(files), read, batch_size
         self.seed, self.shuffle = seed, shuffle
         self.prefetch, self.workers = max(prefetch, 1), max(workers, 1)
@@ -114,9 +123,7 @@ class BatchLoader:
                         nxt = next(paths, None)
                         if nxt is not None:
                             pending.append(pool.submit(self.read, nxt))
-                    xs = np.stack([s[0] for s in batch])
-                    ys = np.stack([s[1] for s in batch])
-                    self._put(out, (xs, ys), stop)
+                    self._put(out, self.collate(batch), stop)
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             self._put(out, _DONE, stop)

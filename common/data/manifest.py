@@ -4,16 +4,19 @@
 written last (atomically), so a dataset is complete only when it exists and equals the
 request; before regenerating, the entry and the format's old samples are removed, so a run
 with another seed, size or count leaves no stale files that would sort among the new ones.
-Shared by the CosmoFlow and DeepCAM generators.
+Shared by every workload's synthetic generator.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sciperf.data.layout import SampleLayout, sample_files
+from sciperf.errors import SciperfError
+from sciperf.progress import Progress
 
 MANIFEST = "sciperf_dataset.json"
 
@@ -57,3 +60,21 @@ def forget(root: str | Path, fmt: str, layout: SampleLayout) -> None:
                 if path.name.endswith(layout.suffix[fmt]):
                     for file in sample_files(path, fmt):
                         file.unlink(missing_ok=True)
+
+
+def rewrite(root: str | Path, fmt: str, layout: SampleLayout, counts: dict[str, int],
+            what: str, show_progress: bool = True) -> Iterator[tuple[Path, str, int]]:
+    """Start a generation: check the counts, forget the old set of `fmt`, then yield
+    (split folder, split, index) for every sample to write, with a progress bar. The
+    caller writes each sample and, last, :func:`record`s the request."""
+    if any(n <= 0 for n in counts.values()):
+        raise SciperfError("data.train_samples and data.eval_samples must be positive")
+    root = Path(root)
+    forget(root, fmt, layout)
+    bar = Progress(sum(counts.values()), f"generating {fmt} {what}", enabled=show_progress)
+    for split, count in counts.items():
+        folder = layout.split_dir(root, split)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            yield folder, split, i
+            bar.update()

@@ -1,14 +1,16 @@
-"""Reading `.npy` files from many loader threads at once.
+"""The fast npy format's file I/O: thread-safe reads, atomic writes of sample pairs.
 
 numpy parses an `.npy` header with ``ast.literal_eval``, and CPython 3.11's AST
 constructor is not thread-safe: concurrent parses fail at random with "SystemError: AST
 constructor recursion depth mismatch" (seen in the TensorFlow input pipeline's parallel
 map). The header parse — microseconds — is serialised here; the array bytes, the real
-work, are read outside the lock, in parallel.
+work, are read outside the lock, in parallel. Writes go to a temporary name and are renamed
+into place, so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -41,3 +43,22 @@ def load(path: str | Path) -> np.ndarray:
         if got != want:
             raise ValueError(f"truncated .npy data: {got} of {want} bytes")
     return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def save(path: Path, arr: np.ndarray) -> None:
+    """Write one array atomically (temporary name + rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, arr)
+    os.replace(tmp, path)
+
+
+def write_pair(folder: Path, name: str, x: np.ndarray, y: np.ndarray) -> Path:
+    """One sample as ``<name>.data.npy`` beside ``<name>.label.npy`` (label first, so a
+    data file never exists without its label); returns the data file."""
+    from sciperf.data.layout import NPY_SUFFIX, label_path
+
+    path = folder / f"{name}{NPY_SUFFIX}"
+    save(label_path(path), y)
+    save(path, x)
+    return path

@@ -1,9 +1,10 @@
 """Data staging: copy this rank's share of a dataset to node-local storage before training.
 
-docs/architecture.md, "Staging": each node copies a disjoint 1/N_nodes of the files (strided over the sorted list)
-and the ranks of a node shard those local files by local rank. The share a rank copies is
-exactly the share it later reads (``shard(shard(files, node, nodes), local_rank,
-local_size)``), so staging needs no barrier: no rank ever reads a file another rank writes.
+docs/architecture.md, "Staging": each node copies a disjoint 1/N_nodes of the files
+(strided over the sorted list) and the ranks of a node shard those local files by local
+rank. The share a rank copies is exactly the share it later reads
+(``shard(shard(files, node, nodes), local_rank, local_size)``), so staging needs no
+barrier: no rank ever reads a file another rank writes.
 
 Copies are atomic (temporary name + rename), verified (size always; CRC-32 of the bytes
 read from the source against a re-read of the copy with ``data.stage_verify=checksum``)

@@ -1,4 +1,6 @@
-"""The one MLPerf logger (docs/architecture.md, rule 8): every MLLOG event of a run goes through here.
+"""The one MLPerf logger: every MLLOG event of a run goes through here.
+
+docs/architecture.md, rule 8.
 
 Built on ``mlperf_logging.mllog`` so the line format is the official one. Only the
 logging rank writes; the file is flushed line by line so a killed job keeps its log.

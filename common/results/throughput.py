@@ -1,7 +1,8 @@
 """Throughput ("weak scaling") of concurrent instances, from their MLLOG files.
 
-MLPerf HPC throughput rules (docs/architecture.md, "Throughput mode"): M instances run concurrently, one MLLOG file each; the time is the latest
-run_stop minus the earliest run_start over the instances, reported as models per minute.
+MLPerf HPC throughput rules (docs/architecture.md, "Throughput mode"): M instances run
+concurrently, one MLLOG file each; the time is the latest run_stop minus the earliest
+run_start over the instances, reported as models per minute.
 Read from the logs (not from summaries) so published logs score the same way.
 """
 

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sciperf.data.loader import CollateFn, stack
+
 SHARDING = ("strict", "uneven")
 
 
@@ -30,11 +32,6 @@ class SampleReader(Protocol):
     y_dtype: np.dtype
 
     def __call__(self, path: Path) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-def _stack(samples: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Fixed-size samples: one batch is the stacked arrays."""
-    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
 
 
 @dataclass(frozen=True)
@@ -56,8 +53,7 @@ class Dataset:
     reader: Callable[[str | Path, str, Any], SampleReader]
     prepare: Mapping[str, Callable[[Any, bool], None]]
     payload_bytes: Callable[[Any], int]
-    collate: Callable[[list[tuple[np.ndarray, np.ndarray]]], tuple[np.ndarray, np.ndarray]] = \
-        _stack
+    collate: CollateFn = stack
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ class Comm:
                    broadcast_buffers: bool = True) -> torch.nn.Module:
         """DDP for native multi-rank runs; Horovod and single rank keep the module.
 
-        DeepCAM passes broadcast_buffers=False (as its reference): each rank keeps its own
-        BN running statistics during an epoch and :meth:`average` merges them after it.
+        A workload may pass broadcast_buffers=False (as its reference does): each rank then
+        keeps its own BN running statistics during an epoch and :meth:`average` merges them
+        after it.
         """
         if self.kind == "native" and self.active:
             ids = [self.device.index] if self.device.type == "cuda" else None

@@ -1,15 +1,17 @@
 """PyTorch adapter over the DALI pipeline of ``sciperf.data.dali`` (``data.loader=dali``).
 
-Yields what the native loaders yield: x float32 with channels moved to dimension 1 as a
-view of the channels-last batch (CosmoFlow (N, C, D, H, W), DeepCAM (N, C, H, W)), labels
-as the loss wants them (CosmoFlow's float32 targets as stored, DeepCAM's uint8 class maps
-as int64) — on the GPU the pipeline ran on, or on the CPU for a CPU-only pipeline
-(``device_id=None``). Batches are cut to the plan's sizes: a DeepCAM validation shard ends
-in a smaller batch, as with ``sciperf.data.loader.BatchLoader``.
+Yields what the native loader (``sciperf_pytorch.input``) yields: x float32 with channels
+moved to dimension 1 as a view of the channels-last batch, labels as the loss wants them
+(float targets as stored, integer class maps as int64) — on the GPU the pipeline ran on,
+or on the CPU for a CPU-only pipeline (``device_id=None``). Batches are cut to the plan's
+sizes: an uneven validation shard ends in a smaller batch, as with
+``sciperf.data.loader.BatchLoader``. The workload's transform already ran inside the
+pipeline, so a backend's ``device_transform`` is not applied to these batches.
 
-``make_loader``/``make_deepcam_loader`` and ``batches`` have the signatures of their
-native namesakes (``sciperf_pytorch.input``, ``sciperf_pytorch.workloads.deepcam.backend``), so a backend picks
-its input functions by ``data.loader`` and changes nothing else.
+``make_loader`` and ``batches`` are drop-ins for the native pair (the same batches, and
+``make_loader`` takes the native loader's arguments plus the workload and dataset root the
+pipeline's transform needs), so a backend picks its input functions by ``data.loader`` and
+changes nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 
 from sciperf.data import dali as dali_spec
 from sciperf.errors import SciperfError
+from sciperf.workloads.base import SampleReader, Workload
+from sciperf_pytorch.input import channels_first, labels
 
 
 class DaliLoader:
@@ -64,16 +68,6 @@ class DaliLoader:
             del loader, pipe
 
 
-def channels_first(x: torch.Tensor) -> torch.Tensor:
-    """(N, *spatial, C) → (N, C, *spatial) as a view: channels-last memory, no copy."""
-    return x.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-
-
-def labels(y: torch.Tensor) -> torch.Tensor:
-    """Class maps (integer) become int64 indices for the loss; float targets stay."""
-    return y if y.is_floating_point() else y.long()
-
-
 def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool,
                      rank: int = 0, world: int = 1, device_id: int | None = None, *,
                      fmt: str = "npy", prefetch: int = 2, threads: int = 0,
@@ -81,7 +75,8 @@ def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool
     """The DALI loader over `files`, sharded by DALI into `world` (``DaliPlan`` explains).
 
     Whole split + rank/world: every rank must pass the same `seed` (one global shuffle).
-    `workload` takes ``dali_spec.plan``'s workload/root/remainder (CosmoFlow by default).
+    `workload` takes ``dali_spec.plan``'s workload/root/remainder (the registry's default
+    workload when not given).
     """
     return DaliLoader(dali_spec.plan(files, batch, seed, shuffle, rank, world, device_id,
                                      fmt=fmt, prefetch=prefetch, threads=threads,
@@ -94,18 +89,16 @@ def default_device_id() -> int | None:
     return torch.cuda.current_device() if torch.cuda.is_available() else None
 
 
-def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int, seed: int,
-                shuffle: bool, prefetch: int) -> DaliLoader:
+def make_loader(files: Sequence[Path], reader: SampleReader, workload: Workload | str,
+                root: str | Path, batch: int, seed: int, shuffle: bool, prefetch: int,
+                remainder: str = "error") -> DaliLoader:
     """Drop-in for ``sciperf_pytorch.input.make_loader``: this rank's own (already sharded)
-    files in a fixed shard, DALI on this process's device."""
-    return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
-                            prefetch=prefetch, shape=tuple(shape))
-
-
-def make_deepcam_loader(*args: Any, **kwargs: Any) -> DaliLoader:
-    """Drop-in for ``sciperf_pytorch.workloads.deepcam.backend.make_loader`` (same arguments; see
-    ``sciperf.data.dali.deepcam_loader``), DALI on this process's device."""
-    return dali_spec.deepcam_loader(make_dali_loader, default_device_id(), *args, **kwargs)
+    files in a fixed shard, the reader's format and sample shape, the workload's transform
+    of the dataset `root`, DALI on this process's device."""
+    name = workload if isinstance(workload, str) else workload.name
+    return dali_spec.own_shard_loader(make_dali_loader, default_device_id(), files, reader,
+                                      name, str(root), batch, seed, shuffle, prefetch,
+                                      remainder)
 
 
 def batches(loader: DaliLoader, epoch: int,

@@ -1,40 +1,69 @@
-"""PyTorch adapter over the common loader: int16 batches → float tensors on the device.
+"""PyTorch adapter over the common loader: a workload's numpy batches → tensors on the device.
 
-The log1p transform runs on the device (after an int16 copy, 4× fewer bytes to move),
-and the NDHWC batch is viewed as NCDHW with channels-last memory — no data shuffle.
+Every workload reads through its own ``SampleReader`` (``Workload.dataset.reader``) into the
+common prefetching ``BatchLoader``; what is left for the framework is the same for all of
+them, so it is written once here: the device copy (pinned on CUDA), an optional transform
+on the device (a backend's ``device_transform``: it runs after the copy, so the stored,
+often smaller, dtype crosses the bus), the channels-first view of the channels-last batch
+(no data shuffle: the memory stays channels-last, as the convolutions want it) and the
+label dtype the losses expect (class maps → int64, float targets unchanged).
+``sciperf_pytorch.dali`` has the same ``make_loader``/``batches`` contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from functools import partial
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from sciperf.workloads.cosmoflow import data as cf_data
-from sciperf.data.loader import BatchLoader
+from sciperf.data.loader import BatchLoader, CollateFn, stack
+from sciperf.workloads.base import SampleReader
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
 
 
-def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int, seed: int,
-                shuffle: bool, prefetch: int) -> BatchLoader:
-    """The common prefetching loader reading one format through its single definition."""
-    read = partial(cf_data.read_sample, fmt=fmt, shape=shape)
-    return BatchLoader(files, read, batch, seed=seed, shuffle=shuffle, prefetch=prefetch)
+def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: int,
+                shuffle: bool, prefetch: int, remainder: str = "error",
+                collate: CollateFn | None = None) -> BatchLoader:
+    """The common prefetching loader over this rank's `files` read by `reader`.
+
+    `remainder` is the rule for a last partial batch (``sciperf.data.loader.remainders``
+    of the workload's sharding); `collate` turns a list of samples into one batch (None or
+    the contract's default: stack fixed-size samples).
+    """
+    return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch,
+                       remainder=remainder, collate=collate or stack)
 
 
-def to_device(x_np, y_np, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N,D,H,W,C) int16 → log1p float32 (N,C,D,H,W) channels-last; targets float32."""
-    x = torch.from_numpy(x_np)
-    y = torch.from_numpy(y_np)
+def channels_first(x: torch.Tensor) -> torch.Tensor:
+    """(N, *spatial, C) → (N, C, *spatial) as a view: channels-last memory, no copy."""
+    return x.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+
+
+def labels(y: torch.Tensor) -> torch.Tensor:
+    """Class maps (integer) become int64 indices for the loss; float targets stay."""
+    return y if y.is_floating_point() else y.long()
+
+
+def to_device(x_np: np.ndarray, y_np: np.ndarray, device: torch.device,
+              transform: Transform | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One numpy batch → (x (N, C, *spatial) viewed channels-last, y) on `device`.
+
+    The stored dtype is copied (pinned and asynchronous on CUDA), then `transform` runs on
+    the device; integer labels become int64.
+    """
+    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
     if device.type == "cuda":
         x, y = x.pin_memory().to(device, non_blocking=True), y.to(device, non_blocking=True)
-    x = torch.log1p(x.to(torch.float32))
-    return x.permute(0, 4, 1, 2, 3), y
+    if transform is not None:
+        x = transform(x)
+    return channels_first(x), labels(y)
 
 
-def batches(loader: BatchLoader, epoch: int,
-            device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(loader: BatchLoader, epoch: int, device: torch.device,
+            transform: Transform | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Device batches of one epoch."""
     for x_np, y_np in loader.epoch(epoch):
-        yield to_device(x_np, y_np, device)
+        yield to_device(x_np, y_np, device, transform)

@@ -1,4 +1,6 @@
-"""Optimizers for PyTorch: Keras-semantics momentum SGD (CosmoFlow), LAMB (DeepCAM).
+"""Optimizers torch lacks: Keras-semantics momentum SGD and apex-style LAMB.
+
+A workload backend builds its optimizer from these or torch's own (``build_optimizer``).
 
 torch.optim.SGD keeps lr outside the velocity (v = m·v + g; w -= lr·v); Keras, and so the
 reference, keeps it inside (v = m·v + lr·g; w -= v). The two differ whenever the LR
@@ -6,6 +8,8 @@ changes between steps, as it does every warmup/decay epoch, hence this optimizer
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -25,10 +29,7 @@ class KerasSGD(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch API
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -59,10 +60,7 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch API
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return loss
@@ -99,14 +97,9 @@ class Lamb(torch.optim.Optimizer):
         p.sub_(update * (group["lr"] * ratio))
 
 
-def deepcam_optimizer(params, o) -> torch.optim.Optimizer:
-    """Adam / AdamW (torch's own, as the reference) or LAMB, eps 1e-6, from `opt.*`."""
-    from sciperf.workloads.deepcam.spec import ADAM_EPS, LAMB_MAX_GRAD_NORM
-
-    kw = {"lr": float(o.lr), "betas": tuple(float(b) for b in o.betas), "eps": ADAM_EPS,
-          "weight_decay": float(o.weight_decay)}
-    if o.name == "Adam":
-        return torch.optim.Adam(params, foreach=True, **kw)
-    if o.name == "AdamW":
-        return torch.optim.AdamW(params, foreach=True, **kw)
-    return Lamb(params, max_grad_norm=LAMB_MAX_GRAD_NORM, **kw)
+def _closure_loss(closure: Any) -> Any:
+    """The loss of torch's optional step closure, evaluated with gradients on."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()

@@ -1,5 +1,5 @@
-"""BatchNorm whose training statistics span a group of ranks (DeepCAM's SyncBN groups,
-``model.batchnorm_group_size``).
+"""BatchNorm whose training statistics span a group of ranks (a workload's SyncBN groups,
+e.g. a ``model.batchnorm_group_size`` knob).
 
 Why not ``torch.nn.SyncBatchNorm``: it refuses CPU tensors, and sciperf trains and is
 tested on CPU (gloo) as well as GPU (NCCL). This version uses plain tensor ops and two

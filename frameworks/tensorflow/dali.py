@@ -1,15 +1,15 @@
 """TensorFlow adapter over the DALI pipeline of ``sciperf.data.dali`` (``data.loader=dali``).
 
-Yields what the native loaders yield: x float32 channels-last (CosmoFlow (N, D, H, W, C),
-DeepCAM (N, H, W, C)), labels as the loss wants them (CosmoFlow's float32 targets as
-stored, DeepCAM's uint8 class maps as int32), through ``nvidia.dali.plugin.tf.DALIDataset``
-placed on the device the pipeline runs on (CPU-only when ``device_id`` is None). Batches
-are cut to the plan's sizes: a DeepCAM validation shard ends in a smaller batch, as with
-the native ``tf.data`` loader.
+Yields what the native loader yields: x float32 channels-last, already transformed by the
+workload's in-pipeline transform, labels as the loss wants them (float targets as stored,
+integer class maps as int32 — ``input.labels``), through
+``nvidia.dali.plugin.tf.DALIDataset`` placed on the device the pipeline runs on (CPU-only
+when ``device_id`` is None). Batches are cut to the plan's sizes: a `keep` remainder ends
+in a smaller batch, as with the native ``tf.data`` loader.
 
-``make_loader``/``make_deepcam_loader`` and ``batches`` have the signatures of their
-native namesakes (``sciperf_tensorflow.input``, ``sciperf_tensorflow.workloads.deepcam.backend``), so a
-backend picks its input functions by ``data.loader`` and changes nothing else.
+``make_loader`` takes the native loader's arguments plus the workload and dataset root
+(the transform's statistics), and ``batches`` has the native signature, so the backend
+template picks its input functions by ``data.loader`` and changes nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from sciperf.data import dali as dali_spec
 from sciperf.errors import SciperfError
+from sciperf.workloads.base import SampleReader, Workload
+from sciperf_tensorflow.input import Transform, labels
 
 
 class DaliLoader:
@@ -73,11 +75,6 @@ class DaliLoader:
             return iter(dataset)
 
 
-def labels(y: tf.Tensor) -> tf.Tensor:
-    """Class maps (integer) become int32 indices for the loss; float targets stay."""
-    return y if y.dtype.is_floating else tf.cast(y, tf.int32)
-
-
 def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool,
                      rank: int = 0, world: int = 1, device_id: int | None = None, *,
                      fmt: str = "npy", prefetch: int = 2, threads: int = 0,
@@ -85,7 +82,8 @@ def make_dali_loader(files: Sequence[Path], batch: int, seed: int, shuffle: bool
     """The DALI loader over `files`, sharded by DALI into `world` (``DaliPlan`` explains).
 
     Whole split + rank/world: every rank must pass the same `seed` (one global shuffle).
-    `workload` takes ``dali_spec.plan``'s workload/root/remainder (CosmoFlow by default).
+    `workload` takes ``dali_spec.plan``'s workload/root/remainder (the default workload's
+    format when not given).
     """
     return DaliLoader(dali_spec.plan(files, batch, seed, shuffle, rank, world, device_id,
                                      fmt=fmt, prefetch=prefetch, threads=threads,
@@ -104,20 +102,21 @@ def default_device_id() -> int | None:
     return tf.config.list_physical_devices("GPU").index(visible[0])
 
 
-def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int, seed: int,
-                shuffle: bool, prefetch: int) -> DaliLoader:
+def make_loader(files: Sequence[Path], reader: SampleReader, workload: Workload | str,
+                root: str | Path, batch: int, seed: int, shuffle: bool, prefetch: int,
+                remainder: str = "error") -> DaliLoader:
     """Drop-in for ``sciperf_tensorflow.input.make_loader``: this rank's own (already
-    sharded) files in a fixed shard, DALI on this process's device."""
-    return make_dali_loader(files, batch, seed, shuffle, 0, 1, default_device_id(), fmt=fmt,
-                            prefetch=prefetch, shape=tuple(shape))
+    sharded) files in a fixed shard, the reader's sample shape, the workload's transform
+    of `root`, DALI on this process's device."""
+    name = workload if isinstance(workload, str) else workload.name
+    return dali_spec.own_shard_loader(make_dali_loader, default_device_id(), files, reader,
+                                      name, str(root), batch, seed, shuffle, prefetch,
+                                      remainder)
 
 
-def make_deepcam_loader(*args: Any, **kwargs: Any) -> DaliLoader:
-    """Drop-in for ``sciperf_tensorflow.workloads.deepcam.backend.make_loader`` (same arguments; see
-    ``sciperf.data.dali.deepcam_loader``), DALI on this process's device."""
-    return dali_spec.deepcam_loader(make_dali_loader, default_device_id(), *args, **kwargs)
-
-
-def batches(loader: DaliLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-    """Batches of one epoch (the signature of the native ``batches``)."""
-    yield from loader.epoch(epoch)
+def batches(loader: DaliLoader, epoch: int,
+            transform: Transform | None = None) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+    """Batches of one epoch (the signature of the native ``batches``; the pipeline has
+    already applied the workload's transform, so the backend passes none)."""
+    for x, y in loader.epoch(epoch):
+        yield (x if transform is None else transform(x)), y

@@ -1,106 +1,136 @@
-"""TensorFlow adapter: a ``tf.data`` pipeline over the common format definitions.
+"""TensorFlow adapter: ONE ``tf.data`` pipeline over any workload's SampleReader.
 
-Samples are read by ``sciperf.workloads.cosmoflow.data.read_sample`` (the one definition of the
-formats) inside ``tf.numpy_function``, in the per-epoch order of the common loader
-(``sciperf.data.loader.epoch_order``), so a (files, seed, epoch) triple gives the same
-batches as the PyTorch loader. The int16 batch becomes ``log1p`` float32 inside the graph.
+The formats are defined once, in the workload's ``data`` module (its ``SampleReader``,
+``sciperf.workloads.base``); this module only runs that reader inside
+``tf.numpy_function``, in the per-epoch order of the common loader
+(``sciperf.data.loader.epoch_order``) and under its last-batch rule (``batch_sizes``), so
+a (files, seed, epoch) triple gives the same batches as the PyTorch loader. Shapes and
+dtypes come from the reader; variable-size samples pass a `collate` function (default:
+stack). Integer labels (class maps) leave as int32 indices for the loss, float targets
+as stored. A workload transform that belongs in the graph (e.g. a cheap elementwise op
+on the stored dtype) is a `transform` of :func:`batches`, mapped inside the pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-from sciperf.workloads.cosmoflow import data as cf_data
-from sciperf.data.loader import epoch_order
+from sciperf.data.loader import batch_sizes, epoch_order
 from sciperf.errors import SciperfError
-from sciperf.workloads.cosmoflow.spec import TARGET_SIZE
+from sciperf.workloads.base import SampleReader
+
+Sample = tuple[np.ndarray, np.ndarray]
+Collate = Callable[[list[Sample]], Sample]
+Transform = Callable[[tf.Tensor], tf.Tensor]
 
 
 @dataclass
 class DatasetLoader:
-    """Builds the ``tf.data.Dataset`` of one epoch of one shard; full batches only."""
+    """Builds the ``tf.data.Dataset`` of one epoch of one shard.
+
+    `remainder` is what becomes of a last partial batch (the common loader's
+    ``batch_sizes``: `error`, `drop` or `keep`). `collate` turns a batch's samples into
+    arrays; None stacks fixed-size samples (and gives the batches static shapes).
+    """
 
     files: list[Path]
-    fmt: str
-    shape: tuple[int, ...]
+    reader: SampleReader
     batch_size: int
     seed: int = 0
     shuffle: bool = True
     prefetch: int = 4
+    remainder: str = "error"
+    collate: Collate | None = None
     errors: list[str] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if len(self.files) % self.batch_size:
-            raise ValueError(f"{len(self.files)} files do not divide into batches of "
-                             f"{self.batch_size}")
-        self.shape = tuple(int(s) for s in self.shape)
+        self.files = list(self.files)
+        self.sizes = batch_sizes(len(self.files), self.batch_size, self.remainder)
+        self.x_shape = tuple(int(s) for s in self.reader.x_shape)
+        self.y_shape = tuple(int(s) for s in self.reader.y_shape)
+        self.x_dtype = tf.as_dtype(np.dtype(self.reader.x_dtype))
+        self.y_dtype = tf.as_dtype(np.dtype(self.reader.y_dtype))
 
     def __len__(self) -> int:
-        return len(self.files) // self.batch_size
+        return len(self.sizes)
 
-    def _read_batch(self, paths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _read_batch(self, paths: np.ndarray) -> Sample:
         """The samples of one batch, in order, into fresh arrays.
 
         One call per batch (not per sample) keeps the Python/numpy_function overhead off
         the input path (≈1.6× the throughput); batches are read in parallel. A bad file is
         recorded (and raised by `batches`) instead of raising inside TensorFlow, which
-        would log a traceback per reader thread.
+        would log a traceback per reader thread; a zero sample stands in for it.
         """
-        x = np.empty((len(paths), *self.shape), np.int16)
-        y = np.empty((len(paths), TARGET_SIZE), np.float32)
-        for i, path in enumerate(paths):
+        samples = []
+        for path in paths:
             try:
-                x[i], y[i] = cf_data.read_sample(Path(path.decode()), self.fmt, self.shape)
+                samples.append(self.reader(Path(path.decode())))
             except SciperfError as exc:
                 self.errors.append(str(exc))
-                x[i], y[i] = 0, 0
+                samples.append((np.zeros(self.x_shape, self.reader.x_dtype),
+                                np.zeros(self.y_shape, self.reader.y_dtype)))
+        if self.collate is not None:
+            return self.collate(samples)
+        x = np.empty((len(samples), *self.x_shape), self.reader.x_dtype)
+        y = np.empty((len(samples), *self.y_shape), self.reader.y_dtype)
+        for i, (xi, yi) in enumerate(samples):
+            x[i], y[i] = xi, yi
         return x, y
 
     def _load(self, paths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        x, y = tf.numpy_function(self._read_batch, [paths], (tf.int16, tf.float32),
+        x, y = tf.numpy_function(self._read_batch, [paths], (self.x_dtype, self.y_dtype),
                                  stateful=False)
-        x.set_shape((self.batch_size, *self.shape))
-        y.set_shape((self.batch_size, TARGET_SIZE))
-        return x, y
+        if self.collate is None:
+            n = self.batch_size if self.remainder != "keep" else None  # a smaller last batch
+            x.set_shape((n, *self.x_shape))
+            y.set_shape((n, *self.y_shape))
+        return x, labels(y)
 
-    def epoch(self, epoch: int) -> tf.data.Dataset:
-        """(x log1p float32 NDHWC, y float32) batches of `epoch` in the common loader's order."""
+    def epoch(self, epoch: int, transform: Transform | None = None) -> tf.data.Dataset:
+        """(x, y) batches of `epoch` in the common loader's order, `transform` applied to
+        x inside the pipeline."""
         self.errors.clear()
         order = epoch_order(len(self.files), self.seed, epoch, self.shuffle)
         paths = [str(self.files[i]) for i in order]
         depth = self.prefetch if self.prefetch > 0 else tf.data.AUTOTUNE
-        return (tf.data.Dataset.from_tensor_slices(paths)
-                .batch(self.batch_size, drop_remainder=True)
-                .map(self._load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .map(transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .prefetch(depth))
+        data = (tf.data.Dataset.from_tensor_slices(tf.constant(paths, tf.string))
+                .batch(self.batch_size, drop_remainder=self.remainder != "keep")
+                .map(self._load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+        if transform is not None:
+            data = data.map(lambda x, y: (transform(x), y),
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return data.prefetch(depth)
 
 
-def transform(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Reference input transform log(1 + x) to float32, in the graph."""
-    return tf.math.log1p(tf.cast(x, tf.float32)), y
+def labels(y: tf.Tensor) -> tf.Tensor:
+    """Integer labels (class maps) become int32 indices for the loss; float targets stay."""
+    return y if y.dtype.is_floating else tf.cast(y, tf.int32)
 
 
-def make_loader(files: list[Path], fmt: str, shape: tuple[int, ...], batch: int, seed: int,
-                shuffle: bool, prefetch: int) -> DatasetLoader:
-    """The tf.data loader reading one format through its single definition."""
-    return DatasetLoader(list(files), fmt, tuple(shape), batch, seed=seed, shuffle=shuffle,
-                         prefetch=prefetch)
+def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: int,
+                shuffle: bool, prefetch: int, remainder: str = "error",
+                collate: Collate | None = None) -> DatasetLoader:
+    """The tf.data loader of one shard, reading through the workload's single format
+    definition (`reader`)."""
+    return DatasetLoader(list(files), reader, batch, seed=seed, shuffle=shuffle,
+                         prefetch=prefetch, remainder=remainder, collate=collate)
 
 
-def batches(loader: DatasetLoader, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+def batches(loader: DatasetLoader, epoch: int,
+            transform: Transform | None = None) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
     """Batches of one epoch; a bad sample file ends in a SciperfError naming it.
 
     A batch is yielded only after its samples were read, so checking the loader's error
     list before each yield never lets a placeholder sample through.
     """
     try:
-        for x, y in loader.epoch(epoch):
+        for x, y in loader.epoch(epoch, transform):
             if loader.errors:
                 raise SciperfError(loader.errors[0])
             yield x, y

@@ -11,7 +11,7 @@
 #   export SLURM_CONF=DIR/slurm.conf   (the last line `start` prints)
 #   sciperf launch system=local-slurm launcher=srun launcher.tasks_per_node=2 …
 # Exit status 3: Slurm cannot run here (not root, or slurm-wlm/munge missing and no apt-get);
-# callers such as tests/test_slurm.py skip on it. Ports: LOCAL_SLURM_CTLD_PORT (6817),
+# callers such as tests/launch/test_slurm.py skip on it. Ports: LOCAL_SLURM_CTLD_PORT (6817),
 # LOCAL_SLURM_D_PORT (6818).
 set -euo pipefail
 

@@ -12,18 +12,16 @@ of either format exists anywhere.
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dataclasses import dataclass
-
 from sciperf.data import npy
-from sciperf.data.tfrecord import TFRecordError
 from sciperf.data.layout import SampleLayout
 from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
 from sciperf.data.layout import sample_files as sample_files
+from sciperf.data.tfrecord import TFRecordError
 from sciperf.errors import SciperfError
 from sciperf.workloads.cosmoflow import spec as spec
 from sciperf.workloads.cosmoflow import tfrecord
@@ -65,17 +63,7 @@ def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray
         path = folder / f"{name}{SUFFIX['tfrecord']}"
         tfrecord.write_sample(path, x.astype("<i2"), y.astype(np.float32))
         return path
-    path = folder / f"{name}{SUFFIX['npy']}"
-    _save_npy(label_path(path), y.astype(np.float32))
-    _save_npy(path, x.astype(np.int16))
-    return path
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, arr)
-    os.replace(tmp, path)
+    return npy.write_pair(folder, name, x.astype(np.int16), y.astype(np.float32))
 
 
 def transform(x: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sciperf.schedules import epoch_warmup_step_lr, scaled_peak_lr
+from sciperf.weights import expected_arrays
 
 NAME = "cosmoflow"
 METRIC_KEY = "eval_error"  # MLLOG key of the quality metric
@@ -74,6 +75,10 @@ class ModelSpec:
             shapes[f"dense{i}"] = (fin, fout)
             fin = fout
         return shapes
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every canonical ``.npz`` entry (``"<layer>/kernel|bias"``) and its shape."""
+        return expected_arrays(self.layer_shapes())
 
     def parameter_count(self) -> int:
         """Weights + biases, computed from the architecture (must equal the frameworks')."""

@@ -19,10 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sciperf.workloads.cosmoflow import data as fmt_cf
 from sciperf.data import manifest
-from sciperf.errors import SciperfError
-from sciperf.progress import Progress
+from sciperf.workloads.cosmoflow import data as fmt_cf
 
 SPLIT_IDS = {"train": 0, "validation": 1}
 
@@ -94,18 +92,11 @@ def dataset_complete(req: GenerateRequest) -> bool:
 
 def generate(req: GenerateRequest, show_progress: bool = True) -> None:
     """Write the synthetic dataset; the manifest is written last, marking it complete."""
-    if req.train_samples <= 0 or req.eval_samples <= 0:
-        raise SciperfError("data.train_samples and data.eval_samples must be positive")
     root = Path(req.root)
-    manifest.forget(root, req.fmt, fmt_cf.LAYOUT)
-    bar = Progress(req.train_samples + req.eval_samples, f"generating {req.fmt} universes",
-                   enabled=show_progress)
-    for split, count in (("train", req.train_samples), ("validation", req.eval_samples)):
-        folder = fmt_cf.split_dir(root, split)
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            x, y = make_universe(req.seed, split, i, req.size)
-            fmt_cf.write_sample(folder, f"univ_synth_{i:07d}", req.fmt, x, y)
-            bar.update()
+    counts = {"train": req.train_samples, "validation": req.eval_samples}
+    for folder, split, i in manifest.rewrite(root, req.fmt, fmt_cf.LAYOUT, counts,
+                                             "universes", show_progress):
+        x, y = make_universe(req.seed, split, i, req.size)
+        fmt_cf.write_sample(folder, f"univ_synth_{i:07d}", req.fmt, x, y)
     manifest.record(root, req.fmt, asdict(req))
 

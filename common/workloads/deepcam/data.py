@@ -314,17 +314,7 @@ def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray
             fh.create_dataset(LABEL_KEY, data=np.asarray(y, np.uint8))
         os.replace(tmp, path)
         return path
-    path = folder / f"{name}{SUFFIX['npy']}"
-    _save_npy(label_path(path), np.asarray(y, np.uint8))
-    _save_npy(path, np.asarray(x, np.float32))
-    return path
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, arr)
-    os.replace(tmp, path)
+    return npy.write_pair(folder, name, np.asarray(x, np.float32), np.asarray(y, np.uint8))
 
 
 def convert(root: str | Path, show_progress: bool = True, rank: int = 0,

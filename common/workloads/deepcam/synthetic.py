@@ -24,10 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sciperf.workloads.deepcam import data as fmt_dc
 from sciperf.data import manifest
-from sciperf.errors import SciperfError
-from sciperf.progress import Progress
+from sciperf.workloads.deepcam import data as fmt_dc
 from sciperf.workloads.deepcam import spec as spec
 
 SPLIT_IDS = {"train": 0, "validation": 1}
@@ -193,25 +191,18 @@ def dataset_complete(req: GenerateRequest) -> bool:
 def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, float]:
     """Write samples, then stats.h5 over the train split, then the manifest (last: an
     interrupted generation is redone). Returns the class frequencies of the train split."""
-    if req.train_samples <= 0 or req.eval_samples <= 0:
-        raise SciperfError("data.train_samples and data.eval_samples must be positive")
     root = Path(req.root)
-    manifest.forget(root, req.fmt, fmt_dc.LAYOUT)
-    bar = Progress(req.train_samples + req.eval_samples, f"generating {req.fmt} climate",
-                   enabled=show_progress)
-    acc, counts = fmt_dc.StatsAccumulator(), np.zeros(spec.NUM_CLASSES, np.int64)
-    for split, count in (("train", req.train_samples), ("validation", req.eval_samples)):
-        folder = fmt_dc.split_dir(root, split)
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            x, y = make_sample(req.seed, split, i, req.height, req.width)
-            fmt_dc.write_sample(folder, f"data-synth-{i:07d}", req.fmt, x, y)
-            if split == "train":
-                acc.add(x)
-                counts += np.bincount(y.ravel(), minlength=spec.NUM_CLASSES)
-            bar.update()
+    counts = {"train": req.train_samples, "validation": req.eval_samples}
+    acc, classes = fmt_dc.StatsAccumulator(), np.zeros(spec.NUM_CLASSES, np.int64)
+    for folder, split, i in manifest.rewrite(root, req.fmt, fmt_dc.LAYOUT, counts, "climate",
+                                             show_progress):
+        x, y = make_sample(req.seed, split, i, req.height, req.width)
+        fmt_dc.write_sample(folder, f"data-synth-{i:07d}", req.fmt, x, y)
+        if split == "train":
+            acc.add(x)
+            classes += np.bincount(y.ravel(), minlength=spec.NUM_CLASSES)
     fmt_dc.write_stats(fmt_dc.stats_path(root), acc.result())
     manifest.record(root, req.fmt, asdict(req))
-    freq = counts / max(counts.sum(), 1)
+    freq = classes / max(classes.sum(), 1)
     return dict(zip(spec.CLASS_NAMES, (float(f) for f in freq), strict=True))
 

@@ -3,18 +3,20 @@
 Layer names are the spec's canonical names (conv0…, dense0…), shared with the
 TensorFlow model so weights map by rule. Inputs are NCDHW tensors whose memory is
 channels-last (NDHWC), exactly the reference's layout; the flatten is taken in
-channels-last order so dense0 sees features in the Keras order.
+channels-last order so dense0 sees features in the Keras order. Weights map through the
+package's one mapper (``sciperf_pytorch.weights``, re-exported here).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from sciperf import weights
 from sciperf.workloads.cosmoflow.spec import ModelSpec
+from sciperf_pytorch.weights import export_weights, import_weights, layer_kind
+
+__all__ = ["CosmoFlow", "conv_block", "export_weights", "import_weights", "layer_kind"]
 
 
 class CosmoFlow(nn.Module):
@@ -69,40 +71,3 @@ def conv_block(x: torch.Tensor, slope: float) -> torch.Tensor:
     if slope < 0:  # not monotone: keep the reference order
         return F.max_pool3d(F.leaky_relu(x, slope), 2)
     return F.leaky_relu(F.max_pool3d(x, 2), slope)
-
-
-KINDS = ((nn.Conv3d, "conv"), (nn.Linear, "dense"))  # module type → canonical layer kind
-
-
-def layer_kind(module: nn.Module) -> str | None:
-    """``conv``/``dense`` for modules that hold mapped weights, None for the rest."""
-    return next((kind for cls, kind in KINDS if isinstance(module, cls)), None)
-
-
-def _mapped(model: nn.Module) -> dict[str, tuple[torch.Tensor, str]]:
-    """Canonical name → (parameter, kind) for every weight of every conv/dense layer."""
-    out = {}
-    for layer, module in model.named_children():
-        kind = layer_kind(module)
-        if kind is None:
-            continue
-        for param, tensor in module.named_parameters(recurse=False):
-            out[weights.canonical_name(layer, param, "torch")] = (tensor, kind)
-    return out
-
-
-def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
-    """Canonical ``{"<layer>/kernel|bias": array}`` (Keras layout) of the model's weights."""
-    return {name: weights.to_canonical(name, t.detach().cpu().float().numpy(), kind, "torch")
-            for name, (t, kind) in _mapped(model).items()}
-
-
-@torch.no_grad()
-def import_weights(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    """Load canonical weights; an error names every missing, extra or mis-shaped entry."""
-    targets = _mapped(model)
-    kernels = {name.split("/")[0]: weights.canonical_shape(name, tuple(t.shape), kind, "torch")
-               for name, (t, kind) in targets.items() if name.endswith("/kernel")}
-    weights.check_arrays(arrays, kernels, "weights")
-    for name, (t, kind) in targets.items():
-        t.copy_(torch.from_numpy(weights.from_canonical(name, arrays[name], kind, "torch")))

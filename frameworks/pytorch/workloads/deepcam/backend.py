@@ -1,71 +1,30 @@
-"""DeepCAM in PyTorch: the backend the common driver runs for ``workload=deepcam``.
+"""DeepCAM in PyTorch: the hooks of the one backend template (``sciperf_pytorch.backend``).
 
-Weighted cross-entropy (mean over pixels) in fp32, per-sample IoU, Adam/AdamW/LAMB with
-the spec's LR applied at every optimizer step, gradient accumulation, BN running
-statistics averaged over ranks after each epoch, optional SyncBN groups
+What is DeepCAM's own: the DeepLabv3+ model with optional SyncBN groups
 (``model.batchnorm_group_size``: BN statistics of G consecutive ranks, from ``syncbn``),
-bf16 autocast and channels-last memory from ``runtime`` (the model stays single-device and
-precision-agnostic). Input: the common prefetching loader (``data.loader=native``) or DALI
-(``data.loader=dali``, npy only), the same batches either way (``input_functions``).
+Adam/AdamW/LAMB (the per-step LR comes from the contract), gradient accumulation,
+weighted cross-entropy (mean over pixels) in fp32, per-sample IoU as the metric, and BN
+running statistics that stay per rank during an epoch (no DDP buffer broadcast, as the
+reference) and are averaged over ranks after it. Normalisation happens in the reader (or
+the DALI pipeline), so there is no device transform.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable
 
-import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from sciperf.backends import EpochResult, RunContext
-from sciperf.workloads.deepcam import data as dc_data
-from sciperf.data.loader import BatchLoader
+from sciperf.backends import RunContext
 from sciperf.errors import SciperfError
-from sciperf.weights import load_npz
 from sciperf.workloads.deepcam import spec as spec
-from sciperf_pytorch import dali, runtime
-from sciperf_pytorch.base import TorchBackendBase
+from sciperf_pytorch.backend import WorkloadBackend
 from sciperf_pytorch.collectives import Comm
-from sciperf_pytorch.workloads.deepcam.model import DeepCam, export_weights, import_weights
-from sciperf_pytorch.optim import deepcam_optimizer
+from sciperf_pytorch.optim import Lamb
 from sciperf_pytorch.syncbn import convert_batchnorm
-
-
-def make_loader(files: list[Path], root: str, fmt: str, model: spec.ModelSpec, batch: int,
-                seed: int, shuffle: bool, prefetch: int, remainder: str) -> BatchLoader:
-    """The common prefetching loader over one format, normalised by `root`/stats.h5."""
-    shape = (model.height, model.width, model.in_channels)
-    reader = dc_data.make_reader(root, fmt, shape)
-    return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch,
-                       remainder=remainder)
-
-
-def to_device(x_np: np.ndarray, y_np: np.ndarray,
-              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, H, W, C) float32 → (N, C, H, W) viewed channels-last (no copy); labels int64."""
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    if device.type == "cuda":
-        x, y = x.pin_memory().to(device, non_blocking=True), y.to(device, non_blocking=True)
-    return x.permute(0, 3, 1, 2), y.long()
-
-
-def batches(loader: BatchLoader, epoch: int,
-            device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Device batches of one epoch."""
-    for x_np, y_np in loader.epoch(epoch):
-        yield to_device(x_np, y_np, device)
-
-
-def input_functions(loader: str) -> tuple[Callable[..., Any], Callable[..., Iterator]]:
-    """(make_loader, batches) of `data.loader`: the native pair above or DALI's drop-ins
-    (same signatures, same batches: NCHW channels-last float32, int64 labels)."""
-    if loader == "dali":
-        return dali.make_deepcam_loader, dali.batches
-    return make_loader, batches
+from sciperf_pytorch.workloads.deepcam.model import DeepCam
 
 
 def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -87,117 +46,56 @@ def sample_iou(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return total / spec.NUM_CLASSES
 
 
-class DeepCamBackend(TorchBackendBase):
-    """DeepCAM for the common driver (chosen by ``PyTorchBackend.for_benchmark``)."""
+def deepcam_optimizer(params: Iterable[nn.Parameter], o) -> torch.optim.Optimizer:
+    """Adam / AdamW (torch's own, as the reference) or LAMB, eps 1e-6, from `opt.*`."""
+    kw = {"lr": float(o.lr), "betas": tuple(float(b) for b in o.betas), "eps": spec.ADAM_EPS,
+          "weight_decay": float(o.weight_decay)}
+    if o.name == "Adam":
+        return torch.optim.Adam(params, foreach=True, **kw)
+    if o.name == "AdamW":
+        return torch.optim.AdamW(params, foreach=True, **kw)
+    return Lamb(params, max_grad_norm=spec.LAMB_MAX_GRAD_NORM, **kw)
 
-    name = "pytorch"
 
-    def setup(self, ctx: RunContext) -> None:
-        """Seed, place, build model/optimizer/loaders from the config and spec."""
-        cfg = self.cfg = ctx.cfg
-        runtime.setup_threads(cfg.framework.threads)
-        runtime.seed_everything(cfg.seed)
-        self.device = runtime.select_device(ctx.info.device)
-        self.model_spec = spec.ModelSpec(**cfg.model)
-        _check_config(cfg, self.model_spec, ctx.info.world)
-        self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
-                         cfg.distributed.timeout_s)
-        self.model = sync_batchnorm(DeepCam(self.model_spec).to(self.device), self.comm,
-                                    self.model_spec.batchnorm_group_size)
-        if cfg.framework.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        if cfg.train.init_weights:
-            import_weights(self.model, load_npz(cfg.train.init_weights,
-                                                expected_entries=self.model_spec.weight_shapes()))
-        self.net = self.comm.wrap_model(self.model, broadcast_buffers=False)
-        if cfg.framework.compile:
-            self.net = torch.compile(self.net)
-        self.accumulate = int(cfg.opt.gradient_accumulation_frequency)
-        self.optimizer = self.comm.wrap_optimizer(
-            deepcam_optimizer(self.model.parameters(), cfg.opt), self.model,
-            backward_passes=self.accumulate)
-        self.micro_step = 0  # micro-batches seen (the reference's `step`)
-        self.opt_step = 0  # optimizer steps taken: the LR schedule's position
-        common = dict(root=str(cfg.data.dir), fmt=cfg.data.format, model=self.model_spec,
-                      batch=ctx.local_batch, prefetch=cfg.data.prefetch)
-        # the reference's rules: training in full batches, every validation sample once
-        make, self.batches = input_functions(cfg.data.loader)
-        self.train_loader = make(ctx.train_files, seed=cfg.seed + 1000 * ctx.rank,
-                                        shuffle=cfg.data.shuffle, remainder="drop", **common)
-        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False,
-                                       remainder="keep", **common)
+class DeepCamBackend(WorkloadBackend):
+    """DeepCAM's hooks: model (+ SyncBN), optimizer, accumulation, loss, metric, BN merge."""
 
-    def parameter_count(self) -> int:
-        """Trainable parameters (56,454,720 for the full model)."""
-        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+    broadcast_buffers = False  # each rank's BN running statistics; merged in after_epoch
 
-    def loss_fn(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def check(self, ctx: RunContext) -> None:
+        """SyncBN groups must partition this run's ranks."""
+        _check_group_size(self.model_spec.batchnorm_group_size, ctx.info.world,
+                          self.cfg.distributed.backend)
+
+    def build_model(self, model_spec: spec.ModelSpec) -> nn.Module:
+        """The reference network on the device, its BatchNorms grouped when G > 1."""
+        return sync_batchnorm(DeepCam(model_spec).to(self.device), self.comm,
+                              model_spec.batchnorm_group_size)
+
+    def build_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """Adam / AdamW / LAMB from ``opt.*``."""
+        return deepcam_optimizer(params, self.cfg.opt)
+
+    def accumulation(self) -> int:
+        """``opt.gradient_accumulation_frequency`` micro-batches per optimizer step."""
+        return int(self.cfg.opt.gradient_accumulation_frequency)
+
+    def loss_fn(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Weighted cross-entropy in fp32 (the reference's CELoss)."""
-        return weighted_cross_entropy(logits, y)
+        return weighted_cross_entropy(out, y)
 
-    def current_lr(self) -> float:
-        """LR of the next optimizer step (the spec's per-step schedule)."""
-        return spec.lr_for_step(self.cfg.opt, self.opt_step)
+    def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Per-sample IoUs of the batch (the mean IoU's sum and count)."""
+        return sample_iou(out, y).sum(), y.shape[0]
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One micro-batch: backward of loss/accumulate; an optimizer step every
-        `accumulate` micro-batches at the schedule's LR. Returns the unscaled loss."""
-        boundary = (self.micro_step + 1) % self.accumulate == 0
-        # DDP: all-reduce only on the micro-batch that ends an optimizer step (the mean of
-        # the summed local gradients is the same number, one collective instead of k)
-        local = not boundary and hasattr(self.net, "no_sync")
-        with self.net.no_sync() if local else contextlib.nullcontext():
-            with runtime.autocast(self.device, self.cfg.precision):
-                logits = self.net(x)
-            loss = self.loss_fn(logits, y)
-            (loss / self.accumulate).backward()
-        self.micro_step += 1
-        if self.micro_step % self.accumulate == 0:
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.current_lr()
-            self.optimizer.step()
-            self.optimizer.zero_grad()  # set_to_none (the default); Horovod takes no args
-            self.opt_step += 1
-        return loss.detach()
-
-    def train_epoch(self, epoch: int, lr: float,
-                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
-        """One pass over the shard (`lr` is the driver's per-epoch record; the LR changes
-        every optimizer step), then the BN running statistics are averaged over ranks."""
-        self.net.train()
-        start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
-        for x, y in self.batches(self.train_loader, epoch, self.device):
-            loss = self.train_step(x, y)
-            total += loss.cpu()
-            steps, samples = steps + 1, samples + x.shape[0]
-            if on_step:
-                on_step(x.shape[0], float(loss))
+    def after_epoch(self) -> None:
+        """BN running statistics averaged over ranks (the reference's merge)."""
         self.comm.average(self.bn_statistics())
-        seconds = time.perf_counter() - start
-        loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
-        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
 
     def bn_statistics(self) -> list[torch.Tensor]:
         """Every BN running mean and variance (the buffers averaged after an epoch)."""
         return [b for n, b in self.model.named_buffers() if n.endswith(("running_mean",
                                                                          "running_var"))]
-
-    @torch.no_grad()
-    def evaluate(self) -> float:
-        """Mean per-sample IoU over every validation sample (summed over ranks)."""
-        self.net.eval()
-        iou_sum, count = torch.zeros((), dtype=torch.float64), 0
-        for x, y in self.batches(self.eval_loader, 0, self.device):
-            with runtime.autocast(self.device, self.cfg.precision):
-                logits = self.net(x)
-            iou_sum += sample_iou(logits, y).sum().cpu()
-            count += y.shape[0]
-        total, n = self.comm.sum([float(iou_sum), float(count)])
-        return total / max(n, 1)
-
-    def export_weights(self) -> dict:
-        """Canonical weights (BN moving statistics included) of this rank's replica."""
-        return export_weights(self.model)
 
 
 def sync_batchnorm(model: DeepCam, comm: Comm, group_size: int) -> DeepCam:
@@ -206,16 +104,6 @@ def sync_batchnorm(model: DeepCam, comm: Comm, group_size: int) -> DeepCam:
     if group_size == 1:
         return model
     return convert_batchnorm(model, comm.subgroup(group_size))
-
-
-def _check_config(cfg, model: spec.ModelSpec, world: int) -> None:
-    """Choices the schema cannot restrict, as one line naming the key."""
-    try:
-        model.check()
-        spec.check_optimizer(cfg.opt)
-    except ValueError as exc:
-        raise SciperfError(str(exc)) from None
-    _check_group_size(model.batchnorm_group_size, world, cfg.distributed.backend)
 
 
 def _check_group_size(size: int, world: int, backend: str) -> None:

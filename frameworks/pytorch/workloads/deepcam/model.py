@@ -3,7 +3,9 @@
 
 Every weight layer is a direct child named by the spec's flat layer table (``conv1``,
 ``block4_sep2_depthwise``, ``aspp3_bn``, ``last_deconv``…), the same names the TensorFlow
-model uses, so weights map by the generic rules of ``sciperf.weights``. Inputs are NCHW
+model uses, so weights map by the generic rules of ``sciperf.weights`` through the
+package's one mapper (``sciperf_pytorch.weights``, re-exported here; ``Affine`` is declared
+in ``DeepCam.WEIGHT_KINDS``). Inputs are NCHW
 tensors with channels-last memory; padding follows the reference exactly (symmetric
 ``dilation`` padding of the 3×3 depthwise convs, transposed convs with padding 1 and
 output padding 1).
@@ -11,13 +13,15 @@ output padding 1).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from sciperf import weights
 from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepConvSpec
+from sciperf_pytorch.weights import export_weights, import_weights, layer_kind
+
+__all__ = ["Affine", "DeepCam", "DepthwiseConv2d", "build_layer", "export_weights",
+           "import_weights", "layer_kind"]
 
 
 class DepthwiseConv2d(nn.Conv2d):
@@ -56,6 +60,8 @@ def build_layer(spec: LayerSpec) -> nn.Module:
 
 class DeepCam(nn.Module):
     """Xception encoder → ASPP → deconvolution decoder with a low-level skip (reference)."""
+
+    WEIGHT_KINDS = ((Affine, "affine"),)  # this model's own module types (weights.layer_kind)
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -140,45 +146,3 @@ class DeepCam(nn.Module):
         """x: (N, C, H, W) normalised climate fields → (N, classes, H, W) logits."""
         features, low = self.encoder(x)
         return self.decoder(self.aspp(features), low)
-
-
-KINDS = ((DepthwiseConv2d, "depthwise"), (nn.ConvTranspose2d, "deconv"), (nn.Conv2d, "conv"),
-         (nn.BatchNorm2d, "norm"), (Affine, "affine"))  # subclasses first
-
-
-def layer_kind(module: nn.Module) -> str | None:
-    """The canonical weight kind of a module, None for modules without mapped weights."""
-    return next((kind for cls, kind in KINDS if isinstance(module, cls)), None)
-
-
-def _mapped(model: nn.Module) -> dict[str, tuple[torch.Tensor, str]]:
-    """Canonical name → (parameter or BN running buffer, kind) of every mapped layer."""
-    out = {}
-    for layer, module in model.named_children():
-        kind = layer_kind(module)
-        if kind is None:
-            continue
-        tensors = list(module.named_parameters(recurse=False))
-        if kind == "norm":
-            tensors += [(n, b) for n, b in module.named_buffers(recurse=False)
-                        if n in ("running_mean", "running_var")]
-        for param, tensor in tensors:
-            out[weights.canonical_name(layer, param, "torch", kind)] = (tensor, kind)
-    return out
-
-
-def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
-    """Canonical ``{"<layer>/<param>": array}`` (Keras layout), BN moving stats included."""
-    return {name: weights.to_canonical(name, t.detach().cpu().float().numpy(), kind, "torch")
-            for name, (t, kind) in _mapped(model).items()}
-
-
-@torch.no_grad()
-def import_weights(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    """Load canonical weights; an error names every missing, extra or mis-shaped entry."""
-    targets = _mapped(model)
-    want = {name: weights.canonical_shape(name, tuple(t.shape), kind, "torch")
-            for name, (t, kind) in targets.items()}
-    weights.check_entries(arrays, want, "weights")
-    for name, (t, kind) in targets.items():
-        t.copy_(torch.from_numpy(weights.from_canonical(name, arrays[name], kind, "torch")))

@@ -10,15 +10,13 @@ float32 so predictions and the loss are fp32.
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from sciperf import weights
 from sciperf.workloads.cosmoflow.spec import ModelSpec
+from sciperf_tensorflow.weights import export_weights, import_weights
 
-# Layer type → canonical layer kind of the generic weight mapper (sciperf.weights).
-KINDS = ((keras.layers.Conv3D, "conv"), (keras.layers.Dense, "dense"))
+__all__ = ["CosmoFlow", "export_weights", "import_weights", "leaky_relu"]
 
 
 class CosmoFlow(keras.Model):
@@ -89,38 +87,3 @@ def leaky_relu(x, slope: float):
 
     return _leaky(x)
 
-
-def layer_kind(layer: keras.layers.Layer) -> str | None:
-    """``conv``/``dense`` for layers that hold mapped weights, None for the rest."""
-    for cls, kind in KINDS:
-        if isinstance(layer, cls):
-            return kind
-    return None
-
-
-def _mapped(model: keras.Model) -> dict[str, tuple[object, str]]:
-    """Canonical name → (variable, kind) for every weight of every conv/dense layer."""
-    out = {}
-    for layer in model.layers:
-        kind = layer_kind(layer)
-        if kind is None:
-            continue
-        for var in layer.weights:
-            out[weights.canonical_name(layer.name, var.name, "keras")] = (var, kind)
-    return out
-
-
-def export_weights(model: keras.Model) -> dict[str, np.ndarray]:
-    """Canonical ``{"<layer>/kernel|bias": array}`` (Keras layout) of the model's weights."""
-    return {name: weights.to_canonical(name, np.asarray(var.numpy()), kind, "keras")
-            for name, (var, kind) in _mapped(model).items()}
-
-
-def import_weights(model: keras.Model, arrays: dict[str, np.ndarray]) -> None:
-    """Load canonical weights; an error names every missing, extra or mis-shaped entry."""
-    targets = _mapped(model)
-    kernels = {name.split("/")[0]: weights.canonical_shape(name, var.shape, kind, "keras")
-               for name, (var, kind) in targets.items() if name.endswith("/kernel")}
-    weights.check_arrays(arrays, kernels, "weights")
-    for name, (var, kind) in targets.items():
-        var.assign(weights.from_canonical(name, arrays[name], kind, "keras").astype(var.dtype))

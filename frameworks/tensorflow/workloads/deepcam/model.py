@@ -14,12 +14,13 @@ float32, so the loss is fp32.
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from sciperf import weights
 from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepConvSpec
+from sciperf_tensorflow.weights import export_weights, import_weights
+
+__all__ = ["Affine", "BatchNorm", "DeepCam", "build_layer", "export_weights", "import_weights"]
 
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # PyTorch's BatchNorm2d defaults (the reference)
 
@@ -116,6 +117,9 @@ def pad_same(x, layer: LayerSpec):
 class DeepCam(keras.Model):
     """Xception encoder → ASPP → deconvolution decoder with a low-level skip (reference)."""
 
+    # this model's own weight-holding layers, for the generic mapper (sciperf_tensorflow.weights)
+    WEIGHT_KINDS = ((BatchNorm, "norm"), (Affine, "affine"))
+
     def __init__(self, spec: ModelSpec, **kwargs):
         super().__init__(**kwargs)
         spec.check()
@@ -197,37 +201,3 @@ class DeepCam(keras.Model):
         logits = self.decoder(self.aspp(features, training), low, training)
         return ops.cast(logits, "float32")
 
-
-# Layer type → canonical weight kind of the generic mapper (subclasses first).
-KINDS = ((keras.layers.DepthwiseConv2D, "depthwise"), (keras.layers.Conv2DTranspose, "deconv"),
-         (keras.layers.Conv2D, "conv"), (BatchNorm, "norm"), (Affine, "affine"))
-
-
-def layer_kind(layer: keras.layers.Layer) -> str | None:
-    """The canonical weight kind of a layer, None for layers without mapped weights."""
-    return next((kind for cls, kind in KINDS if isinstance(layer, cls)), None)
-
-
-def _mapped(model: DeepCam) -> dict[str, tuple[object, str]]:
-    """Canonical name → (variable, kind) of every weight (BN moving stats included)."""
-    out = {}
-    for name, layer in model.named.items():
-        kind = layer_kind(layer)
-        for var in layer.weights if kind else ():
-            out[weights.canonical_name(name, var.name, "keras", kind)] = (var, kind)
-    return out
-
-
-def export_weights(model: DeepCam) -> dict[str, np.ndarray]:
-    """Canonical ``{"<layer>/<param>": array}`` (Keras layout) of the model's weights."""
-    return {name: weights.to_canonical(name, np.asarray(var.numpy()), kind, "keras")
-            for name, (var, kind) in _mapped(model).items()}
-
-
-def import_weights(model: DeepCam, arrays: dict[str, np.ndarray]) -> None:
-    """Load canonical weights; an error names every missing, extra or mis-shaped entry."""
-    targets = _mapped(model)
-    want = {name: tuple(int(s) for s in var.shape) for name, (var, _) in targets.items()}
-    weights.check_entries(arrays, want, "weights")
-    for name, (var, kind) in targets.items():
-        var.assign(weights.from_canonical(name, arrays[name], kind, "keras").astype(var.dtype))

@@ -1,4 +1,5 @@
-"""DeepCAM: PyTorch ↔ TensorFlow parity (docs/architecture.md, rule 4) and the numerics against numpy.
+"""DeepCAM: PyTorch ↔ TensorFlow parity (docs/architecture.md, rule 4) and the numerics
+against numpy.
 
 Same canonical ``.npz`` weights in both models → same logits; the backends' real train
 steps from the same weights and batches → same loss at every step and the same weights
@@ -17,18 +18,18 @@ keras = pytest.importorskip("keras")
 
 from sciperf import weights  # noqa: E402
 from sciperf.backends import RunContext  # noqa: E402
-from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.workloads.deepcam import synthetic as climate  # noqa: E402
-from sciperf.workloads.deepcam import data as dc_data  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
+from sciperf.workloads.deepcam import data as dc_data  # noqa: E402
 from sciperf.workloads.deepcam import spec as spec  # noqa: E402
+from sciperf.workloads.deepcam import synthetic as climate  # noqa: E402
+from sciperf_pytorch.optim import Lamb  # noqa: E402
 from sciperf_pytorch.workloads.deepcam import backend as pt_dc  # noqa: E402
 from sciperf_pytorch.workloads.deepcam import model as pt_model  # noqa: E402
-from sciperf_pytorch.optim import Lamb  # noqa: E402
+from sciperf_tensorflow.optim import AdamFamily  # noqa: E402
 from sciperf_tensorflow.workloads.deepcam import backend as tf_dc  # noqa: E402
 from sciperf_tensorflow.workloads.deepcam import model as tf_model  # noqa: E402
-from sciperf_tensorflow.optim import AdamFamily  # noqa: E402
 
 # Tolerances (max|a − b| / max|b|); "observed" = this 2-core AVX-512 CPU, fp32.
 TOLERANCES = {

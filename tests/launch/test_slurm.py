@@ -22,7 +22,7 @@ from sciperf.config import compose
 pytest.importorskip("sciperf_launchers")
 from sciperf_launchers import Program, job_env, launch, plan, write_script  # noqa: E402
 
-LOCAL_SLURM = Path(__file__).resolve().parents[1] / "launchers" / "slurm" / "local-slurm.sh"
+LOCAL_SLURM = Path(__file__).resolve().parents[2] / "launchers" / "slurm" / "local-slurm.sh"
 CANNOT_RUN = 3  # local-slurm.sh: Slurm cannot run on this machine
 PRINT_RANK = ("import dataclasses, json; from sciperf.distributed import discover; "
               "print('RANKINFO', json.dumps(dataclasses.asdict(discover())), flush=True)")

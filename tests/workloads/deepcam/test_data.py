@@ -10,10 +10,10 @@ import h5py
 import numpy as np
 import pytest
 
-from sciperf.workloads.deepcam import synthetic as climate
-from sciperf.workloads.deepcam import data as dc
 from sciperf.errors import SciperfError
+from sciperf.workloads.deepcam import data as dc
 from sciperf.workloads.deepcam import spec as spec
+from sciperf.workloads.deepcam import synthetic as climate
 
 H, W = 32, 48
 SHAPE = (H, W, 16)

@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 
 from sciperf.config import compose  # noqa: E402
 from sciperf.workloads.cosmoflow.spec import FULL_PARAMETER_COUNT, ModelSpec  # noqa: E402
-from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow  # noqa: E402
 from sciperf_pytorch.optim import KerasSGD  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow  # noqa: E402
 
 
 def n_params(model: torch.nn.Module) -> int:
@@ -108,9 +108,9 @@ def test_keras_sgd_matches_hand_computed_updates_with_changing_lr():
 
 
 def test_l2_has_keras_semantics_on_kernels_only():
-    from sciperf_pytorch.workloads.cosmoflow.backend import PyTorchBackend
+    from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend
 
-    backend = PyTorchBackend()
+    backend = CosmoFlowBackend()
     backend.cfg = compose(["experiment=mini", "opt.weight_decay=0.01"])
     backend.model = CosmoFlow(ModelSpec(input_size=8, conv_filters=[2], dense_sizes=[3]))
     y = torch.zeros(1, 4)

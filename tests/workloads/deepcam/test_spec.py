@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.results.check import check_log
 from sciperf.config import compose
+from sciperf.results.check import check_log
 from sciperf.results.mllog import MLLogger
 from sciperf.workloads import WORKLOADS, get
 from sciperf.workloads.deepcam import spec as dc

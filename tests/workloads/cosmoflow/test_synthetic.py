@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from sciperf.config import compose
-from sciperf.workloads.cosmoflow import data as cf
-from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.manifest import MANIFEST
-from sciperf.workloads.cosmoflow.synthetic import GenerateRequest, UniverseParams, make_universe
 from sciperf.errors import SciperfError
 from sciperf.tools.prepare import prepare
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow import synthetic
+from sciperf.workloads.cosmoflow.synthetic import GenerateRequest, UniverseParams, make_universe
 
 SIZE = 16
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.workloads.cosmoflow import data as cf
 from sciperf.data import dali as dali_spec
-from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.sharding import shard
 from sciperf.errors import SciperfError
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow import synthetic
 
 SIZE, N, BATCH = 16, 32, 4
 SHAPE = (SIZE, SIZE, SIZE, 4)
@@ -179,11 +179,13 @@ def test_pytorch_matches_native_loader_without_shuffle(torch_dali, files, sample
     import torch
 
     from sciperf_pytorch import input as pt_data
+    from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend
 
-    native = pt_data.make_loader(files, "npy", SHAPE, BATCH, 0, False, 2)
+    native = pt_data.make_loader(files, cf.SampleReader("npy", SHAPE), BATCH, 0, False, 2)
     loader = torch_dali.make_dali_loader(files, BATCH, 0, False)
     assert len(loader) == len(native) == N // BATCH and loader.samples == N
-    ref = list(pt_data.batches(native, 0, torch.device("cpu")))
+    ref = list(pt_data.batches(native, 0, torch.device("cpu"),
+                               CosmoFlowBackend().device_transform))
     got = list(torch_dali.batches(loader, 0, torch.device("cpu")))
     assert len(got) == len(ref)
     for (x, y), (x_ref, y_ref) in zip(got, ref, strict=True):
@@ -205,11 +207,13 @@ def test_pytorch_shards_match_native_shards(torch_dali, files, mode) -> None:
     import torch
 
     from sciperf_pytorch import input as pt_data
+    from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend
 
+    log1p = CosmoFlowBackend().device_transform
     for rank in range(2):
         mine = shard(files, rank, 2)
-        ref = list(pt_data.batches(pt_data.make_loader(mine, "npy", SHAPE, BATCH, 0, False, 2),
-                                   0, torch.device("cpu")))
+        native = pt_data.make_loader(mine, cf.SampleReader("npy", SHAPE), BATCH, 0, False, 2)
+        ref = list(pt_data.batches(native, 0, torch.device("cpu"), log1p))
         args = (files, BATCH, 0, False, rank, 2) if mode == "global" else (mine, BATCH, 0,
                                                                              False, 0, 1)
         got = list(torch_dali.make_dali_loader(*args).epoch(0))
@@ -288,11 +292,12 @@ def _copy_with_truncated(files: list[Path], folder: Path, bad: int) -> list[Path
 def test_tensorflow_matches_native_loader_without_shuffle(tf_dali, files, samples,
                                                          by_label) -> None:
     from sciperf_tensorflow import input as tf_data
+    from sciperf_tensorflow.workloads.cosmoflow.backend import log1p
 
-    native = tf_data.make_loader(files, "npy", SHAPE, BATCH, 0, False, 2)
+    native = tf_data.make_loader(files, cf.SampleReader("npy", SHAPE), BATCH, 0, False, 2)
     loader = tf_dali.make_dali_loader(files, BATCH, 0, False)
     assert len(loader) == len(native) == N // BATCH and loader.samples == N
-    ref = list(tf_data.batches(native, 0))
+    ref = list(tf_data.batches(native, 0, log1p))
     got = list(tf_dali.batches(loader, 0))
     assert len(got) == len(ref)
     for (x, y), (x_ref, y_ref) in zip(got, ref, strict=True):
@@ -306,11 +311,12 @@ def test_tensorflow_matches_native_loader_without_shuffle(tf_dali, files, sample
 @needs_dali
 def test_tensorflow_shards_match_native_shards(tf_dali, files) -> None:
     from sciperf_tensorflow import input as tf_data
+    from sciperf_tensorflow.workloads.cosmoflow.backend import log1p
 
     for rank in range(2):
         mine = shard(files, rank, 2)
-        ref = list(tf_data.batches(tf_data.make_loader(mine, "npy", SHAPE, BATCH, 0, False, 2),
-                                   0))
+        native = tf_data.make_loader(mine, cf.SampleReader("npy", SHAPE), BATCH, 0, False, 2)
+        ref = list(tf_data.batches(native, 0, log1p))
         got = list(tf_dali.make_dali_loader(files, BATCH, 0, False, rank, 2).epoch(0))
         assert len(got) == len(ref) == N // 2 // BATCH
         for (x, y), (x_ref, y_ref) in zip(got, ref, strict=True):
@@ -369,8 +375,8 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
     the same weights: the same metric and the same training loss (inputs differ by
     ≤ 2 ulp)."""
     from sciperf.backends import RunContext
-    from sciperf.workloads import get
     from sciperf.config import compose
+    from sciperf.workloads import get
     from sciperf.workloads.cosmoflow import spec as spec
 
     cfg = compose([f"framework={framework}", "experiment=mini", "precision=fp32",

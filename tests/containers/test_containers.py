@@ -25,7 +25,7 @@ import pytest
 from sciperf.errors import SciperfError
 from sciperf.info import IMAGE_INFO_ENV, image_info
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS = ROOT / "containers"
 FRAMEWORKS = ("pytorch", "tensorflow")
 TINY_TRAIN = ("experiment=mini", "data.train_samples=64", "data.eval_samples=32",

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.workloads.deepcam import data as dc
 from sciperf.data.partials import gather, write_part
 from sciperf.errors import SciperfError
+from sciperf.workloads.deepcam import data as dc
 
 BIN = Path(sys.executable).parent
 SMALL = ["workload=deepcam", "experiment=mini", "model.height=32", "model.width=48",

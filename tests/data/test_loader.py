@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sciperf.workloads.cosmoflow import data as cf
-from sciperf.workloads.cosmoflow import synthetic
 from sciperf.data.loader import BatchLoader, epoch_order
 from sciperf.errors import SciperfError
+from sciperf.workloads.cosmoflow import data as cf
+from sciperf.workloads.cosmoflow import synthetic
 
 SIZE, N, BATCH = 8, 24, 4
 SHAPE = (SIZE, SIZE, SIZE, 4)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sciperf.errors import SciperfError
 from sciperf.workloads.cosmoflow import data as cf
 from sciperf.workloads.cosmoflow.synthetic import make_universe
-from sciperf.errors import SciperfError
 
 SIZE = 16
 SHAPE = (SIZE, SIZE, SIZE, 4)

@@ -23,10 +23,12 @@ import pytest
 
 from sciperf.config import compose
 from sciperf.data import dali as dali_spec
-from sciperf.workloads.deepcam import data as dc
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.train import resolve_files
+from sciperf.workloads import get
+from sciperf.workloads.deepcam import dali as dc_dali
+from sciperf.workloads.deepcam import data as dc
 from sciperf.workloads.deepcam import spec as spec
 
 BIN = Path(sys.executable).parent
@@ -132,7 +134,7 @@ def test_hdf5_is_one_clear_line(h5_root) -> None:
     with pytest.raises(SciperfError) as info:
         dali_spec.plan(h5, BATCH, 0, False, fmt="hdf5", workload="deepcam", root=h5_root,
                        remainder="drop")
-    assert str(info.value) == f"data.format=hdf5: {dali_spec.DEEPCAM_NOT_NPY}"
+    assert str(info.value) == f"data.format=hdf5: {dc_dali.NOT_NPY}"
     assert "workload=deepcam data.source=convert" in str(info.value)
     with pytest.raises(SciperfError, match="DALI reads the fast npy format") as info:
         dali_spec.plan(h5, BATCH, 0, False, workload="deepcam", root=h5_root,
@@ -171,7 +173,7 @@ def test_plan_batches_follow_the_native_rule(root, train_files, eval_files, tmp_
     assert (evals.sample_shape, evals.label_shape, evals.label_dtype) == (
         (H, W, C), (H, W), "uint8")
     shift, scale = dc.normalisation(dc.stats_path(root))
-    assert evals.transform == dali_spec.MinMax(tuple(shift.tolist()), tuple(scale.tolist()))
+    assert evals.transform == dc_dali.MinMax(tuple(shift.tolist()), tuple(scale.tolist()))
     empty = deepcam_plan([], "keep", shape=(H, W, C))  # an empty uneven validation shard
     assert (empty.steps, empty.samples, empty.sample_shape) == (0, 0, (H, W, C))
     with pytest.raises(ValueError, match="world=1"):
@@ -192,9 +194,10 @@ def test_plan_batches_follow_the_native_rule(root, train_files, eval_files, tmp_
 def _native_pt(root, model, files, remainder, seed=0, shuffle=False):
     import torch
 
-    from sciperf_pytorch.workloads.deepcam import backend as pt
+    from sciperf_pytorch import input as pt
 
-    loader = pt.make_loader(files, str(root), "npy", model, BATCH, seed, shuffle, 2, remainder)
+    loader = pt.make_loader(files, dc.model_reader(root, "npy", model), BATCH, seed, shuffle, 2,
+                            remainder)
     return list(pt.batches(loader, 0, torch.device("cpu")))
 
 
@@ -203,8 +206,8 @@ def test_pytorch_eval_batches_equal_native(torch_dali, root, model, eval_files,
                                            eval_catalog) -> None:
     import torch
 
-    loader = torch_dali.make_deepcam_loader(eval_files, str(root), "npy", model, BATCH, 0,
-                                            False, 2, "keep")
+    loader = torch_dali.make_loader(eval_files, dc.model_reader(root, "npy", model), "deepcam",
+                                    root, BATCH, 0, False, 2, "keep")
     ref = _native_pt(root, model, eval_files, "keep")
     got = list(torch_dali.batches(loader, 0, torch.device("cpu")))
     assert [len(y) for _, y in got] == [len(y) for _, y in ref] == [4, 3]
@@ -223,8 +226,8 @@ def test_pytorch_eval_batches_equal_native(torch_dali, root, model, eval_files,
 @pytest.mark.parametrize("batch", [4, 5])
 def test_pytorch_training_epochs_cover_the_shard_once_in_full_batches(
         torch_dali, root, model, train_files, train_catalog, batch) -> None:
-    loader = torch_dali.make_deepcam_loader(train_files, str(root), "npy", model, batch, 7,
-                                            True, 2, "drop")
+    loader = torch_dali.make_loader(train_files, dc.model_reader(root, "npy", model), "deepcam",
+                                    root, batch, 7, True, 2, "drop")
     full = N_TRAIN // batch * batch
     orders = []
     for epoch in range(3):
@@ -234,8 +237,8 @@ def test_pytorch_training_epochs_cover_the_shard_once_in_full_batches(
         assert len(order) == len(set(order)) == full  # no sample twice, remainder dropped
         orders.append(order)
     assert orders[0] != orders[1] != orders[2]  # a new permutation every epoch
-    twin = torch_dali.make_deepcam_loader(train_files, str(root), "npy", model, batch, 7,
-                                          True, 2, "drop")
+    twin = torch_dali.make_loader(train_files, dc.model_reader(root, "npy", model), "deepcam",
+                                  root, batch, 7, True, 2, "drop")
     assert train_catalog.order(to_nhwc(twin.epoch(1))) == orders[1]  # fixed by (seed, epoch)
     if full == N_TRAIN:
         assert all(sorted(o) == list(range(N_TRAIN)) for o in orders)
@@ -247,12 +250,12 @@ def test_two_ranks_eval_shards_together_are_the_validation_set(torch_dali, root,
     """The driver's uneven validation shards (4 + 3 files), each read by DALI with a smaller
     last batch: disjoint, and together every validation sample exactly once."""
     cfg = compose([*SMALL, f"data.dir={root}", "train.global_batch_size=4"])
-    plans = [resolve_files(cfg, RankInfo(r, 2), spec) for r in range(2)]
+    plans = [resolve_files(cfg, RankInfo(r, 2), get("deepcam")) for r in range(2)]
     assert [len(p.evals) for p in plans] == [4, 3] and plans[0].local_batch == 2
     parts = []
     for p in plans:
-        loader = torch_dali.make_deepcam_loader(p.evals, str(root), "npy", model,
-                                                p.local_batch, 0, False, 2, "keep")
+        loader = torch_dali.make_loader(p.evals, dc.model_reader(root, "npy", model), "deepcam",
+                                        root, p.local_batch, 0, False, 2, "keep")
         batches = to_nhwc(loader.epoch(0))
         assert [len(y) for _, y in batches] == ([2, 2] if len(p.evals) == 4 else [2, 1])
         parts.append(eval_catalog.order(batches))
@@ -270,8 +273,8 @@ def test_pytorch_corrupt_file_is_one_line(torch_dali, root, model, eval_files,
         dst.write_bytes(data[: len(data) // 2] if i == 5 else data)
         dc.label_path(dst).write_bytes(dc.label_path(f).read_bytes())
         copies.append(dst)
-    loader = torch_dali.make_deepcam_loader(copies, str(root), "npy", model, BATCH, 0, False,
-                                            2, "keep")
+    loader = torch_dali.make_loader(copies, dc.model_reader(root, "npy", model), "deepcam",
+                                    root, BATCH, 0, False, 2, "keep")
     with pytest.raises(SciperfError, match="DALI input pipeline failed") as info:
         list(loader.epoch(0))
     assert str(copies[5]) in str(info.value) and "\n" not in str(info.value)
@@ -282,12 +285,13 @@ def test_pytorch_corrupt_file_is_one_line(torch_dali, root, model, eval_files,
 @needs_dali
 def test_tensorflow_eval_batches_equal_native(tf_dali, root, model, eval_files,
                                               eval_catalog) -> None:
-    from sciperf_tensorflow.workloads.deepcam import backend as tfd
+    from sciperf_tensorflow import input as tf_data
 
-    loader = tf_dali.make_deepcam_loader(eval_files, str(root), "npy", model, BATCH, 0,
-                                         False, 2, "keep")
-    native = tfd.make_loader(eval_files, str(root), "npy", model, BATCH, 0, False, 2, "keep")
-    ref = list(tfd.batches(native, 0))
+    reader = dc.model_reader(root, "npy", model)
+    loader = tf_dali.make_loader(eval_files, reader, "deepcam", root, BATCH, 0, False, 2,
+                                 "keep")
+    native = tf_data.make_loader(eval_files, reader, BATCH, 0, False, 2, "keep")
+    ref = list(tf_data.batches(native, 0))
     got = list(tf_dali.batches(loader, 0))
     assert [int(y.shape[0]) for _, y in got] == [int(y.shape[0]) for _, y in ref] == [4, 3]
     for (x, y), (x_ref, y_ref) in zip(got, ref, strict=True):
@@ -301,8 +305,8 @@ def test_tensorflow_eval_batches_equal_native(tf_dali, root, model, eval_files,
 @needs_dali
 def test_tensorflow_training_epoch_covers_the_shard_once(tf_dali, root, model, train_files,
                                                          train_catalog) -> None:
-    loader = tf_dali.make_deepcam_loader(train_files, str(root), "npy", model, BATCH, 7, True,
-                                         2, "drop")
+    loader = tf_dali.make_loader(train_files, dc.model_reader(root, "npy", model), "deepcam",
+                                 root, BATCH, 7, True, 2, "drop")
     orders = []
     for epoch in range(2):
         batches = to_nhwc(loader.epoch(epoch))
@@ -319,8 +323,10 @@ def test_frameworks_get_the_same_dali_batches(torch_dali, tf_dali, root, model,
     """One pipeline definition: PyTorch and TF see bit-identical batches, shuffled too."""
     for files, shuffle, remainder in ((train_files, True, "drop"), (eval_files, False, "keep")):
         args = (files, str(root), "npy", model, BATCH, 3, shuffle, 2, remainder)
-        pt = to_nhwc(torch_dali.make_deepcam_loader(*args).epoch(2))
-        tf_ = to_nhwc(tf_dali.make_deepcam_loader(*args).epoch(2))
+        pt = to_nhwc(torch_dali.make_loader(files, dc.model_reader(root, "npy", model),
+                                            "deepcam", root, *args[4:]).epoch(2))
+        tf_ = to_nhwc(tf_dali.make_loader(files, dc.model_reader(root, "npy", model),
+                                          "deepcam", root, *args[4:]).epoch(2))
         assert len(pt) == len(tf_)
         for (xa, ya), (xb, yb) in zip(pt, tf_, strict=True):
             assert np.array_equal(xa, xb) and np.array_equal(ya, yb)

@@ -19,18 +19,18 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from sciperf.backends import RunContext, load_backend  # noqa: E402
-from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
-from sciperf.workloads.cosmoflow.data import list_samples, read_sample, transform  # noqa: E402
 from sciperf.data.loader import BatchLoader  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
 from sciperf.workloads.cosmoflow import spec as spec  # noqa: E402
+from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
+from sciperf.workloads.cosmoflow.data import SampleReader, list_samples, read_sample, transform  # noqa: E402,E501
 from sciperf_tensorflow import input as tf_data  # noqa: E402
 from sciperf_tensorflow import runtime  # noqa: E402
-from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend  # noqa: E402
-from sciperf_tensorflow.workloads.cosmoflow.model import CosmoFlow, export_weights  # noqa: E402
 from sciperf_tensorflow.optim import KerasSGD  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend, log1p  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.model import CosmoFlow, export_weights  # noqa: E402
 
 SIZE = 16  # small universes keep the loader tests fast
 SHAPE = (SIZE, SIZE, SIZE, 4)
@@ -164,9 +164,9 @@ def _common_batches(files, fmt, batch, seed, epoch, shuffle):
 
 
 def _tf_batches(files, fmt, batch, seed, epoch, shuffle):
-    loader = tf_data.make_loader(files, fmt=fmt, shape=SHAPE, batch=batch, seed=seed,
+    loader = tf_data.make_loader(files, SampleReader(fmt, SHAPE), batch=batch, seed=seed,
                                  shuffle=shuffle, prefetch=2)
-    return [(x.numpy(), y.numpy()) for x, y in tf_data.batches(loader, epoch)]
+    return [(x.numpy(), y.numpy()) for x, y in tf_data.batches(loader, epoch, log1p)]
 
 
 def _assert_same_batches(got, want):
@@ -194,12 +194,15 @@ def test_tf_data_batches_equal_common_loader(dataset, shuffle):
 def test_tf_data_batches_equal_pytorch_loader(dataset):
     torch = pytest.importorskip("torch")
     pt_data = pytest.importorskip("sciperf_pytorch.input")
+    pt_backend = pytest.importorskip("sciperf_pytorch.workloads.cosmoflow.backend")
     root, fmt = dataset
     files = list_samples(root, "train", fmt)
-    kw = dict(fmt=fmt, shape=SHAPE, batch=4, seed=9, shuffle=True, prefetch=2)
+    kw = dict(reader=SampleReader(fmt, SHAPE), batch=4, seed=9, shuffle=True, prefetch=2)
+    pt_transform = pt_backend.CosmoFlowBackend().device_transform
     for epoch in (0, 3):
         want = [(x.permute(0, 2, 3, 4, 1).numpy(), y.numpy()) for x, y in
-                pt_data.batches(pt_data.make_loader(files, **kw), epoch, torch.device("cpu"))]
+                pt_data.batches(pt_data.make_loader(files, **kw), epoch, torch.device("cpu"),
+                                pt_transform)]
         _assert_same_batches(_tf_batches(files, fmt, 4, 9, epoch, True), want)
 
 
@@ -207,12 +210,12 @@ def test_tf_data_rejects_partial_batches_and_names_bad_files(tmp_path, dataset):
     root, fmt = dataset
     files = list_samples(root, "train", fmt)
     with pytest.raises(ValueError, match="do not divide"):
-        tf_data.make_loader(files[:5], fmt=fmt, shape=SHAPE, batch=4, seed=0, shuffle=False,
-                            prefetch=1)
+        tf_data.make_loader(files[:5], SampleReader(fmt, SHAPE), batch=4, seed=0,
+                            shuffle=False, prefetch=1)
     bad = tmp_path / f"broken{Path(files[0]).name}"
     bad.write_bytes(b"\x00garbage")
-    loader = tf_data.make_loader([bad, *files[:3]], fmt=fmt, shape=SHAPE, batch=4, seed=0,
-                                 shuffle=False, prefetch=1)
+    loader = tf_data.make_loader([bad, *files[:3]], SampleReader(fmt, SHAPE), batch=4,
+                                 seed=0, shuffle=False, prefetch=1)
     with pytest.raises(SciperfError, match=str(bad.name)) as err:
         list(tf_data.batches(loader, 0))
     assert "\n" not in str(err.value)
@@ -324,4 +327,4 @@ def test_backend_starts_from_canonical_init_weights(dataset, tmp_path):
     with pytest.raises(SciperfError, match="missing dense1/bias"):
         CosmoFlowBackend().setup(RunContext(compose([*overrides,
                                                       f"train.init_weights={wrong}"]),
-                                             spec, files, evals, 8))
+                                             get("cosmoflow"), files, evals, 8))

@@ -2,7 +2,7 @@
 
 Snapshots: every launcher × container on the perlmutter-like system, rendered with fixed
 absolute paths and as a non-root user, compared exactly with tests/snapshots/launch/.
-Regenerate after an intended change with `SCIPERF_UPDATE_SNAPSHOTS=1 pytest tests/test_launch.py`
+Regenerate after an intended change with `SCIPERF_UPDATE_SNAPSHOTS=1 pytest tests/launch/test_launch.py`
 and review the diff.
 """
 

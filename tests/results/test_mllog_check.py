@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from sciperf import cli
-from sciperf.results.check import Verdict, check_log
 from sciperf.config import compose
 from sciperf.errors import SciperfError
+from sciperf.results.check import Verdict, check_log
 from sciperf.results.mllog import RULESET, MLLogger
+from sciperf.workloads import get
 from sciperf.workloads.cosmoflow import spec as cosmo
 
 HERE = str(Path(__file__).resolve())
@@ -160,7 +161,7 @@ def _write_run(path: Path, evals: list[float], success: bool | None = None) -> P
         log.start("eval_start", metadata={"epoch_num": num})
         log.end("eval_stop", metadata={"epoch_num": num})
         log.event(cosmo.METRIC_KEY, metric, metadata={"epoch_num": num})
-    reached = any(cosmo.reached(m, cosmo.TARGET) for m in evals)
+    reached = any(get("cosmoflow").reached(m, cosmo.TARGET) for m in evals)
     log.run_stop(reached if success is None else success, len(evals))
     log.close()
     return path

@@ -1,4 +1,5 @@
-"""CosmoFlow LR schedule and the MLLOG hyper-parameters derived from it (the reference's schedule, docs/architecture.md)."""
+"""CosmoFlow LR schedule and the MLLOG hyper-parameters derived from it (the reference's
+schedule)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from sciperf.config import compose
 from sciperf.schedules import epoch_warmup_step_lr, scaled_peak_lr
+from sciperf.workloads import get
 from sciperf.workloads.cosmoflow import spec as cosmo
 
 BASE, PEAK, WARMUP = 0.001, 0.008, 4
@@ -44,7 +46,8 @@ def test_epoch_warmup_step_lr_unsorted_boundaries() -> None:
 
 
 def test_epoch_warmup_step_lr_warmup_is_linear_and_monotone() -> None:
-    lrs = [epoch_warmup_step_lr(e, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS) for e in range(WARMUP + 1)]
+    lrs = [epoch_warmup_step_lr(e, BASE, PEAK, WARMUP, BOUNDARIES, FACTORS)
+           for e in range(WARMUP + 1)]
     steps = [b - a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert all(s == pytest.approx((PEAK - BASE) / WARMUP) for s in steps)
 
@@ -90,7 +93,7 @@ def full_512():
 def test_lr_for_epoch_uses_the_reference_defaults(full_512) -> None:
     assert cosmo.peak_lr(full_512) == pytest.approx(PEAK)
     for epoch, lr in EXPECTED.items():
-        assert cosmo.lr_for_epoch(full_512, epoch) == pytest.approx(lr, rel=1e-12)
+        assert get("cosmoflow").lr_for_epoch(full_512, epoch) == pytest.approx(lr, rel=1e-12)
 
 
 def test_mllog_hyperparameters_values(full_512) -> None:

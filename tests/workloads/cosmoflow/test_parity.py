@@ -18,23 +18,22 @@ keras = pytest.importorskip("keras")
 
 from sciperf import weights  # noqa: E402
 from sciperf.backends import RunContext  # noqa: E402
-from sciperf.workloads import get  # noqa: E402
 from sciperf.config import compose  # noqa: E402
-from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
-from sciperf.workloads.cosmoflow.data import list_samples, read_sample  # noqa: E402
 from sciperf.data.loader import BatchLoader  # noqa: E402
 from sciperf.errors import SciperfError  # noqa: E402
 from sciperf.schedules import epoch_warmup_step_lr, scaled_peak_lr  # noqa: E402
+from sciperf.workloads import get  # noqa: E402
 from sciperf.workloads.cosmoflow import spec as spec  # noqa: E402
+from sciperf.workloads.cosmoflow import synthetic  # noqa: E402
+from sciperf.workloads.cosmoflow.data import list_samples, read_sample  # noqa: E402
 from sciperf_pytorch import input as pt_data  # noqa: E402
-from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend as TorchCosmoFlow  # noqa: E402,E501
-from sciperf_pytorch.workloads.cosmoflow import model as pt_model  # noqa: E402
-from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow as TorchCosmoFlow  # noqa: E402
 from sciperf_pytorch.optim import KerasSGD as TorchSGD  # noqa: E402
-from sciperf_tensorflow import input as tf_data  # noqa: E402
-from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend as TFCosmoFlow  # noqa: E402,E501
-from sciperf_tensorflow.workloads.cosmoflow import model as tf_model  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow import model as pt_model  # noqa: E402
+from sciperf_pytorch.workloads.cosmoflow.backend import CosmoFlowBackend as TorchBackend  # noqa: E402,E501
+from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow as TorchCosmoFlow  # noqa: E402
 from sciperf_tensorflow.optim import KerasSGD as TfSGD  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow import model as tf_model  # noqa: E402
+from sciperf_tensorflow.workloads.cosmoflow.backend import CosmoFlowBackend as TFCosmoFlow  # noqa: E402,E501
 
 # ---------------------------------------------------------------------------------------
 # Tolerances and known deviations: the ONE place. Errors are measured as
@@ -208,7 +207,7 @@ def _backends(mini_data, overrides: list[str], batch: int):
     files = list_samples(mini_data, "train", "npy")
     evals = list_samples(mini_data, "validation", "npy")
     out = {}
-    for name, cls in (("pytorch", TorchCosmoFlow), ("tensorflow", TFCosmoFlow)):
+    for name, cls in (("pytorch", TorchBackend), ("tensorflow", TFCosmoFlow)):
         cfg = compose([f"framework={name}", "experiment=mini", "precision=fp32",
                        f"data.dir={mini_data}", f"train.global_batch_size={batch}",
                        "model.dropout=0.0", *overrides])
@@ -227,7 +226,7 @@ def test_gradient_parity_from_identical_weights(mini_data):
                          lambda p: read_sample(p, "npy", (32, 32, 32, 4)), PARITY_BATCH, seed=2)
     x_np, y_np = next(iter(reader.epoch(0)))
     pt.model.zero_grad(set_to_none=True)
-    pt.loss_fn(pt.model(*pt_data.to_device(x_np, y_np, pt.device)[:1]),
+    pt.loss_fn(pt.model(*pt_data.to_device(x_np, y_np, pt.device, pt.device_transform)[:1]),
                torch.from_numpy(y_np)).backward()
     grads_pt = {name: weights.to_canonical(name, t.grad.numpy(), kind, "torch")
                 for name, (t, kind) in _torch_mapped(pt.model).items()}
@@ -238,7 +237,7 @@ def test_gradient_parity_from_identical_weights(mini_data):
             loss = tfb.loss_fn(tfb.model(x, training=True), y)
         return tape.gradient(loss, tfb.model.trainable_variables)
 
-    grads = tf_gradients(*tf_data.transform(tf.constant(x_np), tf.constant(y_np)))
+    grads = tf_gradients(tfb.device_transform(tf.constant(x_np)), tf.constant(y_np))
     grads_tf = {"/".join(v.path.split("/")[-2:]): g.numpy()
                 for v, g in zip(tfb.model.trainable_variables, grads, strict=True)}
     assert sorted(grads_tf) == sorted(grads_pt)
@@ -262,8 +261,9 @@ def test_training_parity_step_by_step(mini_data):
     for lr, (x_np, y_np) in zip(lrs, reader.epoch(0), strict=True):
         pt.optimizer.set_lr(lr)
         tfb.optimizer.set_lr(lr)
-        losses_pt.append(float(pt.train_step(*pt_data.to_device(x_np, y_np, pt.device))))
-        x_tf, y_tf = tf_data.transform(tf.constant(x_np), tf.constant(y_np))
+        losses_pt.append(float(pt.train_step(*pt_data.to_device(x_np, y_np, pt.device,
+                                                                 pt.device_transform))))
+        x_tf, y_tf = tfb.device_transform(tf.constant(x_np)), tf.constant(y_np)
         losses_tf.append(float(tfb.train_step(x_tf, y_tf)))
     assert losses_pt[-1] < losses_pt[0]  # it trained
     for i, (a, b) in enumerate(zip(losses_tf, losses_pt, strict=True)):
@@ -282,7 +282,7 @@ def test_training_parity_through_driver_path(mini_data):
                                          "opt.decay_boundaries=[1,2]"], 2 * PARITY_BATCH)
     assert_close(tfb.evaluate(), pt.evaluate(), "eval_mae", "validation MAE before training")
     seen = {"pytorch": [], "tensorflow": []}
-    lrs = [spec.lr_for_epoch(cfg, epoch) for epoch in range(3)]
+    lrs = [get("cosmoflow").lr_for_epoch(cfg, epoch) for epoch in range(3)]
     assert len(set(lrs)) == 3  # warmup, peak, decayed
     for epoch, lr in enumerate(lrs):
         for name, be in (("pytorch", pt), ("tensorflow", tfb)):
@@ -302,7 +302,7 @@ def test_training_parity_through_driver_path(mini_data):
 def test_schedule_lr_sequence_is_shared():
     """Both backends get their LR from the spec; the sequence is the schedule's numbers."""
     cfg = compose(["framework=tensorflow", "experiment=full", "train.global_batch_size=512"])
-    lrs = [spec.lr_for_epoch(cfg, e) for e in range(70)]
+    lrs = [get("cosmoflow").lr_for_epoch(cfg, e) for e in range(70)]
     assert lrs[0] == pytest.approx(0.001)
     assert lrs[4] == pytest.approx(0.008)  # peak = 0.001 · 512 / 64 after 4 warmup epochs
     assert lrs[33] == pytest.approx(0.008 * 0.25) and lrs[65] == pytest.approx(0.008 * 0.125)

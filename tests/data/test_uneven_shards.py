@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from sciperf.config import compose
-from sciperf.workloads.deepcam import data as dc_data
 from sciperf.data.loader import BatchLoader, batch_sizes
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.train import resolve_files
 from sciperf.workloads import get
+from sciperf.workloads.deepcam import data as dc_data
 
 BIN = Path(sys.executable).parent
 SMALL = ["workload=deepcam", "experiment=mini", "model.height=32", "model.width=48",
@@ -102,11 +102,11 @@ def test_too_few_samples_and_cosmoflow_stay_strict(data):
 
 def test_tensorflow_loader_ends_with_the_smaller_batch(data):
     pytest.importorskip("tensorflow")
-    from sciperf_tensorflow.workloads.deepcam.backend import batches, make_loader
+    from sciperf_tensorflow.input import batches, make_loader
     files = dc_data.list_samples(data, "validation", "npy")
     model = get("deepcam").model(height=32, width=48)
-    common = dict(root=str(data), fmt="npy", model=model, batch=4, seed=0, shuffle=False,
-                  prefetch=2)
+    common = dict(reader=dc_data.model_reader(data, "npy", model), batch=4, seed=0,
+                  shuffle=False, prefetch=2)
     kept = list(batches(make_loader(files, remainder="keep", **common), 0))
     assert [int(y.shape[0]) for _, y in kept] == [4, 3]
     assert [int(y.shape[0]) for _, y in batches(make_loader(files, remainder="drop",

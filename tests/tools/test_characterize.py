@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from matplotlib.image import imread
 
-from sciperf.tools.characterize import allreduce_bytes, characterize, count_flops, layers, load_run
 from sciperf.config import compose
 from sciperf.errors import SciperfError
-from sciperf.workloads.deepcam import spec as deepcam
+from sciperf.tools.characterize import allreduce_bytes, characterize, count_flops, layers, load_run
 from sciperf.workloads.cosmoflow.spec import FULL_PARAMETER_COUNT, ModelSpec
+from sciperf.workloads.deepcam import spec as deepcam
 
 BIN = Path(sys.executable).parent
 

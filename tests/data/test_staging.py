@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.results.check import check_log
 from sciperf.data.sharding import shard
 from sciperf.data.staging import (
     copy_file,
@@ -26,6 +25,7 @@ from sciperf.data.staging import (
     staged_path,
 )
 from sciperf.errors import SciperfError
+from sciperf.results.check import check_log
 
 BIN = Path(sys.executable).parent
 SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",

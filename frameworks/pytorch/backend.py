@@ -1,0 +1,233 @@
+"""The one shape of every PyTorch workload backend: the driver's protocol, written once.
+
+The common driver (``sciperf.train``) calls ``setup``, then per epoch ``train_epoch`` and
+``evaluate``. What that takes — threads, seed, device, the data-parallel group, the model
+placed channels-last, initial weights, DDP/Horovod wrapping, ``torch.compile``, gradient
+accumulation with one all-reduce per optimizer step, the LR of each step, bf16 autocast,
+the input pipeline (native or DALI), losses and metrics reduced over ranks — does not
+depend on the workload, so it lives here and nowhere else. A workload backend
+(``workloads/<name>/backend.py``) is a small subclass answering the hooks below from its
+spec; everything a workload *is* (numbers, formats, schedule, sharding) comes from its
+contract, ``ctx.workload`` (``sciperf.workloads.base.Workload``).
+
+Hooks (abstract: the first four):
+
+* ``build_model(model_spec) -> nn.Module`` — the single-device model (``self.comm`` and
+  ``self.device`` are set; moved to the device afterwards);
+* ``build_optimizer(params) -> Optimizer`` — from ``self.cfg.opt``;
+* ``loss_fn(out, y) -> Tensor`` — the scalar training loss (fp32);
+* ``metric_sums(out, y) -> (Tensor, int)`` — the quality metric's sum over a validation
+  batch and the count it is averaged over (both summed over ranks);
+* ``device_transform(x) -> Tensor`` — on the device after the copy, native loader only
+  (a DALI pipeline already transformed); identity by default;
+* ``accumulation() -> int`` — micro-batches per optimizer step (1);
+* ``check(ctx)`` — run checks beyond ``workload.check_config`` (raise SciperfError);
+* ``after_epoch()`` — after the last step of an epoch (e.g. merge per-rank buffers);
+* ``broadcast_buffers`` — DDP's flag (True);
+* ``memory_format()`` — the channels-last format of the weights (from the sample rank).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from sciperf.backends import EpochResult, FrameworkBackend, RunContext
+from sciperf.data.loader import remainders, shuffle_seed
+from sciperf.errors import SciperfError
+from sciperf.weights import load_npz
+from sciperf_pytorch import dali, runtime, weights
+from sciperf_pytorch import input as native
+from sciperf_pytorch.collectives import Comm
+
+# spatial dimensions of a channels-last sample → the weights' memory format
+CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
+
+
+class WorkloadBackend(FrameworkBackend):
+    """A workload's PyTorch backend: the driver's protocol over the hooks of a subclass."""
+
+    name = "pytorch"
+    runtime: ClassVar[Any] = runtime  # FrameworkBackend: matmul_flops, versions
+    broadcast_buffers: ClassVar[bool] = True  # DDP: rank 0's buffers before every forward
+
+    # ------------------------------------------------------------------ hooks
+    def build_model(self, model_spec: Any) -> nn.Module:
+        """The workload's single-device model of `model_spec`."""
+        raise NotImplementedError
+
+    def build_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """The workload's optimizer over `params`, from ``self.cfg.opt``."""
+        raise NotImplementedError
+
+    def loss_fn(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The scalar training loss of one batch."""
+        raise NotImplementedError
+
+    def metric_sums(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(sum of the quality metric over the batch, the count it is averaged over)."""
+        raise NotImplementedError
+
+    def device_transform(self, x: torch.Tensor) -> torch.Tensor:
+        """The input transform on the device (native loader); identity by default."""
+        return x
+
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step."""
+        return 1
+
+    def check(self, ctx: RunContext) -> None:
+        """Run checks beyond the contract's ``check_config`` (raise SciperfError)."""
+
+    def after_epoch(self) -> None:
+        """Called after the last training step of every epoch."""
+
+    def memory_format(self) -> torch.memory_format | None:
+        """Channels-last format for the weights, from the samples' spatial rank (None:
+        leave them as built)."""
+        return CHANNELS_LAST.get(len(self.reader.x_shape) - 1)
+
+    # ------------------------------------------------------------------ the protocol
+    def setup(self, ctx: RunContext) -> None:
+        """Check, seed, place, build model/optimizer/loaders from the config and spec."""
+        cfg = self.cfg = ctx.cfg
+        self.ctx, self.workload = ctx, ctx.workload
+        try:
+            self.workload.check_config(cfg)
+        except ValueError as exc:
+            raise SciperfError(str(exc)) from None
+        self.model_spec = self.workload.model_spec(cfg)
+        self.check(ctx)
+        runtime.setup_threads(cfg.framework.threads)
+        runtime.seed_everything(cfg.seed)
+        self.device = runtime.select_device(ctx.info.device)
+        self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
+                         cfg.distributed.timeout_s)
+        self.reader = self.workload.dataset.reader(cfg.data.dir, cfg.data.format,
+                                                   self.model_spec)
+        self.model = self._place(self.build_model(self.model_spec).to(self.device))
+        if cfg.train.init_weights:
+            weights.import_weights(self.model, load_npz(
+                cfg.train.init_weights, expected_entries=self.model_spec.weight_shapes()))
+        self.net = self.comm.wrap_model(self.model,  # what runs forward (DDP or the model)
+                                        broadcast_buffers=self.broadcast_buffers)
+        if cfg.framework.compile:  # Inductor fuses the memory-bound elementwise passes
+            self.net = torch.compile(self.net)
+        self.accumulate = int(self.accumulation())
+        self.optimizer = self.comm.wrap_optimizer(
+            self.build_optimizer(self.model.parameters()), self.model,
+            backward_passes=self.accumulate)
+        self.micro_step = 0  # micro-batches seen
+        self.opt_step = 0  # optimizer steps taken: the LR schedule's position
+        self.steps_per_epoch = self.workload.steps_per_epoch(cfg)
+        self._make_loaders(ctx)
+
+    def _place(self, model: nn.Module) -> nn.Module:
+        """Channels-last weights when configured — except under Horovod, whose collectives
+        need dense tensors (``Comm.wrap_model`` keeps them so; inputs stay channels-last)."""
+        fmt = self.memory_format()
+        if self.cfg.framework.channels_last and fmt is not None \
+                and self.cfg.distributed.backend != "horovod":
+            model = model.to(memory_format=fmt)
+        return model
+
+    def _make_loaders(self, ctx: RunContext) -> None:
+        """This rank's training and validation loaders over the workload's reader, by
+        ``data.loader``: the workload's sharding fixes the remainder rule, the run seed and
+        the rank the training shuffle."""
+        cfg = self.cfg
+        self.dali = cfg.data.loader == "dali"
+        if self.dali:
+            make: Callable[..., Any] = partial(dali.make_loader, workload=self.workload,
+                                               root=str(cfg.data.dir))
+        else:
+            make = partial(native.make_loader, collate=self.workload.dataset.collate)
+        train_rule, eval_rule = remainders(self.workload.sharding)
+        common = dict(reader=self.reader, batch=ctx.local_batch, prefetch=cfg.data.prefetch)
+        self.train_loader = make(ctx.train_files, seed=shuffle_seed(cfg.seed, ctx.rank),
+                                 shuffle=cfg.data.shuffle, remainder=train_rule, **common)
+        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False, remainder=eval_rule,
+                                **common)
+
+    def batches(self, loader: Any, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Device batches of one epoch (the same tensors from either loader)."""
+        if self.dali:
+            return dali.batches(loader, epoch, self.device)
+        return native.batches(loader, epoch, self.device, self.device_transform)
+
+    def parameter_count(self) -> int:
+        """Trainable parameters of the built model."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def current_lr(self) -> float:
+        """LR of the next optimizer step (the workload's per-step schedule)."""
+        return self.workload.lr_for_step(self.cfg, self.opt_step, self.steps_per_epoch)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One micro-batch: backward of loss/accumulate; an optimizer step every
+        `accumulate` micro-batches (at the schedule's LR when it moves per step, else at
+        the epoch's). Returns the unscaled, detached loss."""
+        boundary = (self.micro_step + 1) % self.accumulate == 0
+        # DDP: all-reduce only on the micro-batch that ends an optimizer step (the mean of
+        # the summed local gradients is the same number, one collective instead of k)
+        local = not boundary and hasattr(self.net, "no_sync")
+        with self.net.no_sync() if local else contextlib.nullcontext():
+            with runtime.autocast(self.device, self.cfg.precision):
+                out = self.net(x)
+            loss = self.loss_fn(out, y)
+            (loss / self.accumulate if self.accumulate > 1 else loss).backward()
+        self.micro_step += 1
+        if self.micro_step % self.accumulate == 0:
+            if self.workload.per_step_lr:
+                lr = self.current_lr()
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+            self.optimizer.step()
+            self.optimizer.zero_grad()  # set_to_none (the default); Horovod takes no args
+            self.opt_step += 1
+        return loss.detach()
+
+    def train_epoch(self, epoch: int, lr: float,
+                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
+        """One pass over the shard at the driver's `lr` (a record only when the LR moves
+        every step); the loss is averaged over steps and ranks."""
+        self.net.train()
+        if not self.workload.per_step_lr:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
+        for x, y in self.batches(self.train_loader, epoch):
+            loss = self.train_step(x, y)
+            total += loss.cpu()
+            steps, samples = steps + 1, samples + x.shape[0]
+            if on_step:
+                on_step(x.shape[0], float(loss))
+        self.after_epoch()
+        seconds = time.perf_counter() - start
+        loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
+        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """The quality metric over every validation sample (sums reduced over ranks)."""
+        self.net.eval()
+        metric_sum, count = torch.zeros((), dtype=torch.float64), 0
+        for x, y in self.batches(self.eval_loader, 0):
+            with runtime.autocast(self.device, self.cfg.precision):
+                out = self.net(x)
+            part, n = self.metric_sums(out, y)
+            metric_sum += part.double().cpu()
+            count += int(n)
+        total, n = self.comm.sum([float(metric_sum), float(count)])
+        return total / max(n, 1)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """Canonical weights of this rank's model replica."""
+        return weights.export_weights(self.model)
