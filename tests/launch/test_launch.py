@@ -1,9 +1,9 @@
 """The launcher layer: rendered scripts (snapshots), composition rules, errors, real local runs.
 
 Snapshots: every launcher × container on the perlmutter-like system, rendered with fixed
-absolute paths and as a non-root user, compared exactly with tests/snapshots/launch/.
-Regenerate after an intended change with `SCIPERF_UPDATE_SNAPSHOTS=1 pytest tests/launch/test_launch.py`
-and review the diff.
+absolute paths and as a non-root user, compared exactly with tests/launch/snapshots/launch/.
+Regenerate after an intended change with
+`SCIPERF_UPDATE_SNAPSHOTS=1 pytest tests/launch/test_launch.py` and review the diff.
 """
 
 from __future__ import annotations

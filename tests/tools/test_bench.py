@@ -1,0 +1,47 @@
+"""`sciperf bench` is driven by the workload contract: every registered workload's bench
+cases run through the real backend and the common loader (mini sizes only here; the full
+rows are what `make bench` is for)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sciperf.config import compose
+from sciperf.errors import SciperfError
+from sciperf.tools import bench
+from sciperf.workloads import WORKLOADS, get
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    w = get(name)
+    row = bench.train_case("pytorch", "mini", "fp32", tmp_path, [f"workload={name}"])
+    n, gbs, epochs = w.bench.train["mini"]
+    mini = w.model_spec(compose([f"workload={name}", "experiment=mini"]))
+    assert row["parameters"] == mini.parameter_count()
+    assert row["input_size"] == w.bench.size(mini)
+    assert row["global_batch_size"] == gbs
+    assert row["samples"] == epochs * (n // gbs) * gbs  # full batches of every timed epoch
+    assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_input_rows_cover_every_format(name: str, tmp_path: Path) -> None:
+    w = get(name)
+    sizes, n = w.bench.input[0]
+    for fmt in w.formats:
+        row = bench.input_case(w, dict(sizes), fmt, tmp_path, n)
+        assert row["format"] == fmt and row["samples"] == n
+        assert row["input_size"] == w.bench.size(w.model(**sizes))
+        assert row["samples_per_s"] > 0 and row["MB_per_s"] > 0
+
+
+def test_a_workload_without_cases_is_one_line() -> None:
+    from dataclasses import replace
+
+    bare = replace(get(WORKLOADS[0]), bench=None)
+    with pytest.raises(SciperfError, match=f"no cases for workload={bare.name}"):
+        bench._cases(bare)
