@@ -34,7 +34,7 @@ CHOICES = {  # values the schema's str type cannot restrict
 class DataConfig:
     """Keys every workload understands under `data.`."""
 
-    dir: str = "data/${benchmark}"
+    dir: str = "data/${workload}"
     format: str = "npy"
     source: str = "synthetic"  # synthetic | existing
     train_samples: int = 0
@@ -114,11 +114,11 @@ class MllogConfig:
 class RootConfig:
     """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
 
-    benchmark: str = DEFAULT
+    workload: str = DEFAULT  # set by the `workload` group (the contract's name)
     experiment: str = "mini"
     seed: int = 0
     precision: str = "fp32"
-    output_dir: str = "results/${benchmark}-${framework.name}-${experiment}"
+    output_dir: str = "results/${workload}-${framework.name}-${experiment}"
     nodes: int = 1  # nodes requested by `sciperf launch`
     instances: int = 1  # concurrent training instances (throughput mode): ranks split evenly
     dry_run: bool = False  # `sciperf launch`: render, do not submit
@@ -199,7 +199,7 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in choices:
             raise SciperfError(f"{key}={value} is not one of {', '.join(choices)}")
-    workload = get(cfg.benchmark)
+    workload = get(cfg.workload)
     if cfg.data.format not in workload.formats:
         raise SciperfError(
             f"data.format={cfg.data.format} is not one of {', '.join(workload.formats)}"

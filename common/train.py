@@ -117,7 +117,7 @@ def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
         return files, None
     sample_files = workload.dataset.sample_files
     src = Path(cfg.data.dir)
-    root = stage_root(cfg.data.stage_dir, src, cfg.benchmark,
+    root = stage_root(cfg.data.stage_dir, src, cfg.workload,
                       info.instance if info.instances > 1 else None)
     sources = [f for group in files for p in group for f in sample_files(p, cfg.data.format)]
     mll.start("staging_start")
@@ -142,7 +142,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     cfg = instance_config(cfg, info)
     rank, world = info.rank, info.world
     image = image_info()  # a bad $SCIPERF_IMAGE_INFO fails here, before anything is written
-    workload = get(cfg.benchmark)
+    workload = get(cfg.workload)
     try:  # rules a finished log would fail: refused before it starts
         workload.check_run(cfg)
     except ValueError as exc:
@@ -157,7 +157,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     mll.submission(workload.name, cfg.system, nodes=info.nodes)
     state, backend, run_start = RunState(world=world, image=image), None, None
     try:
-        backend = load_backend(cfg.framework.name, cfg.benchmark)
+        backend = load_backend(cfg.framework.name, cfg.workload)
         plan = resolve_files(cfg, info, workload)
         mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
                                                        plan.eval_samples))

@@ -85,7 +85,7 @@ def default_program(cfg: DictConfig, overrides: Sequence[str] | None = None,
     Without `overrides` (API use) the program gets the choices and paths only.
     """
     given = {_key(o): o for o in overrides or ()}
-    choices = {"workload": cfg.benchmark, "framework": cfg.framework.name,
+    choices = {"workload": cfg.workload, "framework": cfg.framework.name,
                "experiment": cfg.experiment}
     if (config_dir() / "system" / f"{cfg.system.name}.yaml").is_file():
         choices["system"] = cfg.system.name
@@ -201,7 +201,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
 def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
                 system: Mapping[str, Any], output_dir: str) -> str:
     tasks_per_node, cpus_per_task = launcher.request(alloc)
-    lines = [f"--job-name=sciperf-{cfg.benchmark}-{cfg.framework.name}",
+    lines = [f"--job-name=sciperf-{cfg.workload}-{cfg.framework.name}",
              f"--nodes={alloc.nodes}", f"--ntasks-per-node={tasks_per_node}"]
     if alloc.gpus_per_node:
         lines.append(f"--gpus-per-node={alloc.gpus_per_node}")

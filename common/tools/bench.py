@@ -41,7 +41,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
                extra: list[str]) -> dict[str, Any]:
     """Samples/s of train_epoch after one warm-up epoch (the real backend path)."""
     base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
-    workload = get(base.benchmark)
+    workload = get(base.workload)
     cases = _cases(workload)
     n, gbs, epochs = cases.train[experiment]
     n_eval = max(n // 2, 1)
@@ -49,7 +49,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
                    "data.format=npy", f"data.train_samples={n}", f"data.eval_samples={n_eval}",
                    f"train.global_batch_size={gbs}", f"precision={precision}"] + extra)
-    backend = load_backend(framework, cfg.benchmark)
+    backend = load_backend(framework, cfg.workload)
     train = workload.dataset.list_samples(folder, "train", "npy", n)
     evals = workload.dataset.list_samples(folder, "validation", "npy", n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))

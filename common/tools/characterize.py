@@ -88,7 +88,7 @@ def count_flops(model: Any) -> Counts:
 
 def bytes_per_sample(cfg: Any) -> tuple[float, str]:
     """Mean bytes of one training sample's files, and where the number comes from."""
-    workload = get(cfg.benchmark)
+    workload = get(cfg.workload)
     folder = Path(str(cfg.data.dir))
     if (folder / "train").is_dir():
         try:
@@ -133,11 +133,14 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The numbers, as a JSON-ready dict. A measured run's own model/data/batch config is
     used so the counts describe what ran."""
     from omegaconf import OmegaConf
-    workload = _counted(cfg.benchmark)
+    workload = _counted(cfg.workload)
     if run is not None:
-        if run["benchmark"] != cfg.benchmark:
-            raise SciperfError(f"the run is {run['benchmark']}, not workload={cfg.benchmark}")
-        merged = OmegaConf.create(run["config"])
+        if run["benchmark"] != cfg.workload:
+            raise SciperfError(f"the run is {run['benchmark']}, not workload={cfg.workload}")
+        config = dict(run["config"])
+        if "workload" not in config:  # summaries written before the key was `benchmark`
+            config["workload"] = config.pop("benchmark", run["benchmark"])
+        merged = OmegaConf.create(config)
         for key in ("peak_flops", "peak_io_bw"):  # the command line may supply the peaks
             if cfg.system.get(key) is not None:
                 merged.system[key] = cfg.system[key]
@@ -151,7 +154,7 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
     comm = allreduce_bytes(counts.params, ranks)
     step_flops_per_rank = counts.train * gbs / ranks
     result: dict[str, Any] = {
-        "workload": cfg.benchmark, "framework": cfg.framework.name,
+        "workload": cfg.workload, "framework": cfg.framework.name,
         "experiment": cfg.experiment, "system": cfg.system.name,
         "convention": "conv/deconv/dense multiply-adds × 2; backward = 2×forward − "
                       "forward(first layer, no input gradient); bias/norm/activation/pool/"

@@ -15,7 +15,7 @@ from sciperf.workloads import get
 def prepare(cfg: Any, force: bool = False) -> None:
     """Run the workload's `data.source` (synthetic data is skipped when an identical
     complete set exists, unless `force`)."""
-    sources = get(cfg.benchmark).dataset.prepare
+    sources = get(cfg.workload).dataset.prepare
     source = cfg.data.source
     if source not in sources:
         raise SciperfError(f"data.source={source} is not one of {', '.join(sources)}")

@@ -170,7 +170,7 @@ class Workload:
 
     def default_config(self) -> dict[str, Any]:
         """The ``workload=<name>`` Hydra node, generated from the dataclasses."""
-        return {"benchmark": self.name, "model": asdict(self.model()),
+        return {"workload": self.name, "model": asdict(self.model()),
                 "opt": asdict(self.optimizer()), "train": asdict(self.train()),
                 "data": asdict(self.data())}
 

@@ -51,7 +51,7 @@ def test_discovered_choices() -> None:
 def test_every_combination_composes(workload: str, framework: str, experiment: str) -> None:
     cfg = compose([f"workload={workload}", f"framework={framework}",
                    f"experiment={experiment}"])
-    assert cfg.benchmark == workload
+    assert cfg.workload == workload
     assert cfg.framework.name == framework
     assert cfg.experiment == experiment
     spec = get(workload)

@@ -39,7 +39,7 @@ def test_every_workload_is_a_contract(name: str) -> None:
     assert w.metric.key in ("eval_error", "eval_accuracy")
     assert w.model().parameter_count() == w.full_parameter_count
     cfg = compose([f"workload={name}", "experiment=full"])
-    assert cfg.benchmark == name and cfg.train.target == w.metric.target
+    assert cfg.workload == name and cfg.train.target == w.metric.target
     assert cfg.data.train_samples == w.train_samples
     assert cfg.data.eval_samples == w.eval_samples
     # The per-epoch LR is the per-step LR at the epoch's first step.

@@ -71,7 +71,7 @@ CHILD = textwrap.dedent(
     composed = {{}}
     for exp in ("mini", "full"):
         cfg = compose([f"experiment={{exp}}"])
-        composed[exp] = [cfg.benchmark, cfg.experiment, int(cfg.model.input_size)]
+        composed[exp] = [cfg.workload, cfg.experiment, int(cfg.model.input_size)]
     show = io.StringIO()
     with contextlib.redirect_stdout(show):
         show_rc = cli.main(["show", "experiment=full"])
@@ -146,7 +146,7 @@ def test_compose_and_show_without_frameworks(isolated: dict) -> None:
     assert isolated["composed"]["full"] == ["cosmoflow", "full", 128]
     assert isolated["composed"]["mini"][:2] == ["cosmoflow", "mini"]
     assert isolated["show_rc"] == 0
-    assert "benchmark: cosmoflow" in isolated["show"]
+    assert "workload: cosmoflow" in isolated["show"]
     assert "experiment: full" in isolated["show"]
 
 

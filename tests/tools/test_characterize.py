@@ -293,6 +293,6 @@ def test_workload_without_a_layer_table_is_one_clear_error():
     """A workload the registry knows but characterize does not count yet (simulated: the
     two existing workloads are both counted) fails naming what is counted."""
     cfg = compose(["workload=deepcam"])
-    cfg.benchmark = "oc20"
+    cfg.workload = "oc20"
     with pytest.raises(SciperfError, match=r"counts cosmoflow, deepcam only.*workload=oc20"):
         characterize(cfg)

@@ -382,7 +382,7 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
     cfg = compose([f"framework={framework}", "experiment=mini", "precision=fp32",
                    f"data.dir={root}", "train.global_batch_size=4", "data.shuffle=false",
                    "data.train_samples=8", "data.eval_samples=8"])
-    ctx = RunContext(cfg, get(cfg.benchmark), cf.list_samples(root, "train", "npy"),
+    ctx = RunContext(cfg, get(cfg.workload), cf.list_samples(root, "train", "npy"),
                      cf.list_samples(root, "validation", "npy"), 4)
     native = cls()
     native.setup(ctx)
@@ -392,7 +392,7 @@ def _native_then_swapped(module, cls, dali_module, framework: str, root: Path, m
                         f"data.dir={root}", "train.global_batch_size=4", "data.shuffle=false",
                         "data.train_samples=8", "data.eval_samples=8", "data.loader=dali"])
     swapped = cls()
-    swapped.setup(RunContext(cfg_dali, get(cfg_dali.benchmark), ctx.train_files,
+    swapped.setup(RunContext(cfg_dali, get(cfg_dali.workload), ctx.train_files,
                              ctx.eval_files, 4))
     assert isinstance(swapped.train_loader, dali_module.DaliLoader)
     assert isinstance(swapped.eval_loader, dali_module.DaliLoader)

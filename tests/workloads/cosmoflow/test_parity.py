@@ -212,7 +212,7 @@ def _backends(mini_data, overrides: list[str], batch: int):
                        f"data.dir={mini_data}", f"train.global_batch_size={batch}",
                        "model.dropout=0.0", *overrides])
         be = cls()
-        be.setup(RunContext(cfg, get(cfg.benchmark), files, evals, batch))
+        be.setup(RunContext(cfg, get(cfg.workload), files, evals, batch))
         out[name] = be
     tf_model.import_weights(out["tensorflow"].model,
                             pt_model.export_weights(out["pytorch"].model))

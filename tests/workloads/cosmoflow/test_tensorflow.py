@@ -231,7 +231,7 @@ def test_backend_entry_point_setup_train_evaluate(dataset):
     backend = load_backend("tensorflow", "cosmoflow")
     assert isinstance(backend, CosmoFlowBackend) and backend.name == "tensorflow"
     files, evals = list_samples(root, "train", fmt), list_samples(root, "validation", fmt)
-    backend.setup(RunContext(cfg, get(cfg.benchmark), files, evals, 8))
+    backend.setup(RunContext(cfg, get(cfg.workload), files, evals, 8))
     assert backend.parameter_count() == spec.ModelSpec(**cfg.model).parameter_count()
     before = backend.evaluate()
     steps = []
@@ -315,7 +315,7 @@ def test_backend_starts_from_canonical_init_weights(dataset, tmp_path):
     cfg = compose([*overrides, f"train.init_weights={path}"])
     backend = CosmoFlowBackend()
     files, evals = list_samples(root, "train", fmt), list_samples(root, "validation", fmt)
-    backend.setup(RunContext(cfg, get(cfg.benchmark), files, evals, 8))
+    backend.setup(RunContext(cfg, get(cfg.workload), files, evals, 8))
     got = backend.export_weights()
     assert sorted(got) == sorted(start)
     for name, arr in start.items():

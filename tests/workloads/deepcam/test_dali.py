@@ -349,7 +349,7 @@ def _native_then_dali(framework: str, root: Path, train_files: list[Path],
     for loader in ("native", "dali"):
         cfg = compose([*base, f"data.loader={loader}"])
         backend = backend_class()
-        backend.setup(RunContext(cfg, get(cfg.benchmark), train_files, eval_files, 4))
+        backend.setup(RunContext(cfg, get(cfg.workload), train_files, eval_files, 4))
         is_dali = isinstance(backend.train_loader, dali_module.DaliLoader)
         assert is_dali == isinstance(backend.eval_loader, dali_module.DaliLoader)
         assert is_dali == (loader == "dali")

@@ -274,7 +274,7 @@ def _backends(root, extra: list[str]):
                        "opt.lr=0.01", "opt.lr_warmup_steps=2", "opt.milestones=[1]",
                        "opt.weight_decay=0.01", *model, *extra])
         be = cls()
-        be.setup(RunContext(cfg, get(cfg.benchmark), train, evals, 2))
+        be.setup(RunContext(cfg, get(cfg.workload), train, evals, 2))
         out[name] = be
     tf_model.import_weights(out["tensorflow"].model,
                             pt_model.export_weights(out["pytorch"].model))

@@ -17,7 +17,7 @@ from sciperf.workloads.deepcam import spec as dc
 def test_registered_and_composed_from_the_spec() -> None:
     assert "deepcam" in WORKLOADS and get("deepcam").model is dc.ModelSpec
     cfg = compose(["workload=deepcam", "experiment=full"])
-    assert cfg.benchmark == "deepcam" and cfg.train.target == dc.TARGET == 0.82
+    assert cfg.workload == "deepcam" and cfg.train.target == dc.TARGET == 0.82
     assert cfg.data.train_samples == 121_266 and cfg.data.eval_samples == 15_158
     assert cfg.data.format == "hdf5" and cfg.opt.name == "LAMB"
     assert dc.ModelSpec(**cfg.model).parameter_count() == dc.FULL_PARAMETER_COUNT
@@ -77,7 +77,7 @@ def test_warmup_factor_and_cosine() -> None:
 
 def _header_log(path: Path, cfg, evals: list[float]) -> Path:
     """A log in common/train.py's order from a composed config."""
-    spec = get(cfg.benchmark)
+    spec = get(cfg.workload)
     log = MLLogger(path)
     log.init_start()
     log.submission(spec.name, cfg.system, nodes=1)
