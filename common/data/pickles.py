@@ -1,0 +1,144 @@
+"""Reading torch-pickled records without torch and without running code from the file.
+
+Some reference datasets store each sample as ``pickle.dumps`` of an object holding torch
+tensors. Unpickling is arbitrary code execution, and even ``torch.load`` runs inside such a
+pickle: a tensor rebuilds through ``torch._utils._rebuild_tensor_v2`` from a storage that
+``torch.storage._load_from_bytes`` decodes with a nested ``torch.load`` of a legacy-format
+blob. This module never imports torch and never resolves a global it was not told to:
+
+* :func:`loads` unpickles with an allow-list — the two tensor functions above (replaced by
+  numpy decoders written here), ``collections.OrderedDict``, and the record classes the
+  caller names (their own stubs). Any other global — ``os.system``, ``builtins.eval``, a
+  persistent id — is refused with one line naming the file and the global, before anything
+  is called.
+* the nested storage blob (legacy ``torch.save``: magic number, protocol 1001, system info,
+  the storage's persistent id, its key list, then per storage an int64 element count and
+  the raw little-endian bytes) is parsed with the same restricted unpickler, which there
+  allows only the ``torch.<Type>Storage`` names and maps them to numpy dtypes;
+* tensors become numpy arrays (a copy of the strided view, bounds checked).
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from sciperf.errors import SciperfError
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+STORAGE_DTYPES = {
+    "DoubleStorage": np.float64, "FloatStorage": np.float32, "HalfStorage": np.float16,
+    "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
+    "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_,
+}
+Global = tuple[str, str]
+
+
+class UnsafePickleError(SciperfError):
+    """A pickle asked for something outside the allow-list (nothing of it was run)."""
+
+
+class _Restricted(pickle.Unpickler):
+    """An unpickler that resolves only allow-listed globals and no persistent ids."""
+
+    def __init__(self, file: io.BytesIO, allowed: Mapping[Global, Any], source: str):
+        super().__init__(file)
+        self.allowed, self.source = allowed, source
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.allowed:
+            return self.allowed[(module, name)]
+        raise UnsafePickleError(f"{self.source}: refused to unpickle {module}.{name} "
+                                "(not a class this record format may contain)")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafePickleError(f"{self.source}: refused a persistent id in the pickle")
+
+
+class _StorageHeader(_Restricted):
+    """The object pickle of a legacy storage blob: its persistent id describes it."""
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise UnsafePickleError(f"{self.source}: unexpected persistent id in a storage")
+        _, dtype, key, _location, numel = pid[:5]
+        if len(pid) > 5 and pid[5] is not None:
+            raise SciperfError(f"{self.source}: storage views are not supported")
+        return dtype, str(key), int(numel)
+
+
+def loads(data: bytes, source: str, classes: Mapping[Global, Any] | None = None) -> Any:
+    """Unpickle `data` (from `source`, named in errors), resolving only torch's two tensor
+    functions (decoded to numpy), ``OrderedDict`` and `classes` ((module, name) → the
+    caller's stub)."""
+    allowed: dict[Global, Any] = {
+        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+        ("torch.storage", "_load_from_bytes"): lambda blob: _storage(blob, source),
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        **(classes or {}),
+    }
+    return _guarded(lambda: _Restricted(io.BytesIO(data), allowed, source).load(), source)
+
+
+def _guarded(load: Callable[[], Any], source: str) -> Any:
+    """One line naming the file for a malformed pickle (refusals pass through)."""
+    try:
+        return load()
+    except SciperfError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, OverflowError) as exc:
+        raise SciperfError(f"{source}: not a valid record pickle ({type(exc).__name__}: "
+                           f"{exc})") from None
+
+
+def storage_from_bytes(blob: bytes, source: str) -> np.ndarray:
+    """The 1-D array of a legacy ``torch.save`` storage blob (errors name `source`)."""
+    return _guarded(lambda: _storage(blob, source), source)
+
+
+def _storage(blob: bytes, source: str) -> np.ndarray:
+    """:func:`storage_from_bytes` without the error wrapper (it runs inside :func:`loads`)."""
+    f = io.BytesIO(blob)
+    plain: dict[Global, Any] = {}
+    magic, protocol, info = (_Restricted(f, plain, source).load() for _ in range(3))
+    if magic != LEGACY_MAGIC or protocol != LEGACY_PROTOCOL:
+        raise SciperfError(f"{source}: a tensor storage is not in torch's legacy format")
+    if not isinstance(info, dict) or info.get("little_endian") is not True:
+        raise SciperfError(f"{source}: big-endian tensor storages are not supported")
+    types = {("torch", name): dtype for name, dtype in STORAGE_DTYPES.items()}
+    dtype, key, numel = _StorageHeader(f, types, source).load()
+    keys = _Restricted(f, plain, source).load()
+    if keys != [key]:
+        raise SciperfError(f"{source}: a tensor storage blob holds {keys!r}, expected [{key!r}]")
+    count = int.from_bytes(f.read(8), "little", signed=True)
+    raw = f.read()
+    itemsize = np.dtype(dtype).itemsize
+    if count != numel or len(raw) != numel * itemsize:
+        raise SciperfError(f"{source}: a tensor storage is truncated ({len(raw)} bytes for "
+                           f"{numel} elements of {itemsize})")
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+
+
+def _rebuild_tensor(storage: np.ndarray, offset: int, size: tuple[int, ...],
+                    stride: tuple[int, ...], requires_grad: bool = False,
+                    backward_hooks: Any = None, metadata: Any = None) -> np.ndarray:
+    """torch's tensor rebuild as numpy: the strided view of the storage, copied."""
+    if not isinstance(storage, np.ndarray):
+        raise ValueError("a tensor without a decoded storage")
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride) or any(s < 0 for s in (*size, *stride)) or offset < 0:
+        raise ValueError(f"invalid tensor geometry size={size} stride={stride}")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) \
+        if all(size) else offset - 1
+    if last >= storage.size:
+        raise ValueError(f"tensor of size {size} overruns its storage of {storage.size}")
+    view = np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=size, strides=tuple(s * storage.itemsize for s in stride))
+    return np.array(view)
