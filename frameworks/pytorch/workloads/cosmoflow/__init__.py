@@ -1,1 +1,2 @@
-"""cosmoflow in pytorch: backend (hooks of the framework's template) and model."""
+"""CosmoFlow in PyTorch: ``backend`` (the hooks of ``sciperf_pytorch.backend``) and
+``model`` (the network, built from the spec's ModelSpec)."""

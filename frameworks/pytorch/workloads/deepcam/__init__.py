@@ -1,1 +1,2 @@
-"""deepcam in pytorch: backend (hooks of the framework's template) and model."""
+"""DeepCAM in PyTorch: ``backend`` (the hooks of ``sciperf_pytorch.backend``) and
+``model`` (the network, built from the spec's ModelSpec)."""

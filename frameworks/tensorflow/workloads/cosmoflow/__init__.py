@@ -1,1 +1,2 @@
-"""cosmoflow in tensorflow: backend (hooks of the framework's template) and model."""
+"""CosmoFlow in TensorFlow: ``backend`` (the hooks of ``sciperf_tensorflow.backend``) and
+``model`` (the network, built from the spec's ModelSpec)."""

@@ -1,1 +1,2 @@
-"""deepcam in tensorflow: backend (hooks of the framework's template) and model."""
+"""DeepCAM in TensorFlow: ``backend`` (the hooks of ``sciperf_tensorflow.backend``) and
+``model`` (the network, built from the spec's ModelSpec)."""
