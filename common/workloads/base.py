@@ -11,7 +11,7 @@ workload contract").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -156,7 +156,6 @@ class Workload:
     flops: Callable[[Any], list[Layer]] | None = None  # counted layers of a model spec
     bench: BenchCases | None = None
     dali: DaliFormat | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.sharding not in SHARDING:

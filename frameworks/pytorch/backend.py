@@ -126,8 +126,9 @@ class WorkloadBackend(FrameworkBackend):
             backward_passes=self.accumulate)
         self.micro_step = 0  # micro-batches seen
         self.opt_step = 0  # optimizer steps taken: the LR schedule's position
-        self.steps_per_epoch = self.workload.steps_per_epoch(cfg)
         self._make_loaders(ctx)
+        # optimizer steps this rank takes per epoch (the per-step schedule's epoch length)
+        self.steps_per_epoch = max(len(self.train_loader) // self.accumulate, 1)
 
     def _place(self, model: nn.Module) -> nn.Module:
         """Channels-last weights when configured — except under Horovod, whose collectives
@@ -145,7 +146,7 @@ class WorkloadBackend(FrameworkBackend):
         cfg = self.cfg
         self.dali = cfg.data.loader == "dali"
         if self.dali:
-            make: Callable[..., Any] = partial(dali.make_loader, workload=self.workload,
+            make: Callable[..., Any] = partial(dali.make_loader, workload=self.workload.name,
                                                root=str(cfg.data.dir))
         else:
             make = partial(native.make_loader, collate=self.workload.dataset.collate)

@@ -24,7 +24,7 @@ import torch
 
 from sciperf.data import dali as dali_spec
 from sciperf.errors import SciperfError
-from sciperf.workloads.base import SampleReader, Workload
+from sciperf.workloads.base import SampleReader
 from sciperf_pytorch.input import channels_first, labels
 
 
@@ -89,15 +89,14 @@ def default_device_id() -> int | None:
     return torch.cuda.current_device() if torch.cuda.is_available() else None
 
 
-def make_loader(files: Sequence[Path], reader: SampleReader, workload: Workload | str,
+def make_loader(files: Sequence[Path], reader: SampleReader, workload: str,
                 root: str | Path, batch: int, seed: int, shuffle: bool, prefetch: int,
                 remainder: str = "error") -> DaliLoader:
     """Drop-in for ``sciperf_pytorch.input.make_loader``: this rank's own (already sharded)
     files in a fixed shard, the reader's format and sample shape, the workload's transform
     of the dataset `root`, DALI on this process's device."""
-    name = workload if isinstance(workload, str) else workload.name
     return dali_spec.own_shard_loader(make_dali_loader, default_device_id(), files, reader,
-                                      name, str(root), batch, seed, shuffle, prefetch,
+                                      workload, str(root), batch, seed, shuffle, prefetch,
                                       remainder)
 
 

@@ -145,7 +145,7 @@ class WorkloadBackend(FrameworkBackend):
         train_rem, eval_rem = remainders(workload.sharding)
         if cfg.data.loader == "dali":
             def make(files, seed, shuffle, remainder):
-                return dali.make_loader(files, reader, workload, root, ctx.local_batch, seed,
+                return dali.make_loader(files, reader, workload.name, root, ctx.local_batch, seed,
                                         shuffle, cfg.data.prefetch, remainder)
             self._batches: Callable[..., Iterator] = dali.batches
             self._transform = None

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from sciperf.data import dali as dali_spec
 from sciperf.errors import SciperfError
-from sciperf.workloads.base import SampleReader, Workload
+from sciperf.workloads.base import SampleReader
 from sciperf_tensorflow.input import Transform, labels
 
 
@@ -102,15 +102,14 @@ def default_device_id() -> int | None:
     return tf.config.list_physical_devices("GPU").index(visible[0])
 
 
-def make_loader(files: Sequence[Path], reader: SampleReader, workload: Workload | str,
+def make_loader(files: Sequence[Path], reader: SampleReader, workload: str,
                 root: str | Path, batch: int, seed: int, shuffle: bool, prefetch: int,
                 remainder: str = "error") -> DaliLoader:
     """Drop-in for ``sciperf_tensorflow.input.make_loader``: this rank's own (already
     sharded) files in a fixed shard, the reader's sample shape, the workload's transform
     of `root`, DALI on this process's device."""
-    name = workload if isinstance(workload, str) else workload.name
     return dali_spec.own_shard_loader(make_dali_loader, default_device_id(), files, reader,
-                                      name, str(root), batch, seed, shuffle, prefetch,
+                                      workload, str(root), batch, seed, shuffle, prefetch,
                                       remainder)
 
 
