@@ -7,7 +7,10 @@ canonical layer names of the spec (``conv0``…, ``dense0``…, from
 ``ModelSpec.layer_shapes()``) and ``param`` ∈ {``kernel``, ``bias``} — plus ``gamma``,
 ``beta``, ``moving_mean``, ``moving_variance`` for normalisation/affine layers (layer norms:
 ``gamma``, ``beta``) and ``embeddings`` for embedding tables (entries × dim, no
-transpose; attention projections are dense layers). Kernels are
+transpose; attention projections are dense layers) and ``frequencies`` for a trainable
+basis (kind ``basis``: a vector, no transpose). Layer names may nest with ``/``
+(``int_blocks/0/dense_rbf1``); frameworks whose names cannot hold ``/`` (Keras 3) write
+it ``__`` and :func:`canonical_name` maps it back. Kernels are
 stored in the Keras layout: conv ``(k…, in, out)``, dense ``(in, out)``, depthwise
 ``(k…, channels, 1)``, transposed conv (deconv) ``(k…, out, in)``.
 
@@ -28,9 +31,12 @@ import numpy as np
 
 from sciperf.errors import SciperfError
 
-KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine", "embedding", "layernorm")
+KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine", "embedding", "layernorm",
+         "basis")
 LAYOUTS = ("keras", "torch")
-PARAMS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance", "embeddings")
+PARAMS = ("kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance", "embeddings",
+          "frequencies")
+NEST = "__"  # a framework layer name's spelling of the canonical "/" (Keras 3 forbids "/")
 # layers whose torch weight/bias are a scale γ and shift β
 SCALE_KINDS = ("norm", "affine", "layernorm")
 # Framework parameter name → canonical parameter name, per layout.
@@ -50,10 +56,12 @@ def canonical_name(layer: str, param: str, layout: str, kind: str = "conv") -> s
         names = TORCH_SCALE_NAMES
     elif layout == "torch" and kind == "embedding":
         names = {"weight": "embeddings"}  # (entries, dim) in both layouts: no transpose
+    elif layout == "torch" and kind == "basis":
+        names = {"frequencies": "frequencies"}
     if param not in names:
         raise SciperfError(f"{layer}.{param}: not a {layout} parameter name "
                            f"(expected one of {', '.join(names)})")
-    return f"{layer}/{names[param]}"
+    return f"{layer.replace(NEST, '/')}/{names[param]}"
 
 
 def split_name(name: str) -> tuple[str, str]:
