@@ -149,7 +149,11 @@ def _register() -> None:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    store.store(name="sciperf_schema", node=RootConfig)
+    schema = OmegaConf.structured(RootConfig)
+    # `data.` holds the keys every workload shares (typed here) and a workload's own
+    # dataset keys (its DataSpec: checked by `validate`), so that node accepts new keys
+    OmegaConf.set_struct(schema.data, False)
+    store.store(name="sciperf_schema", node=schema)
     for name in WORKLOADS:
         store.store(group="workload", name=name, node=get(name).default_config(),
                     package="_global_")
@@ -204,12 +208,18 @@ def validate(cfg: DictConfig) -> None:
         raise SciperfError(
             f"data.format={cfg.data.format} is not one of {', '.join(workload.formats)}"
         )
-    for section, cls in (("model", workload.model), ("opt", workload.optimizer)):
+    for section, cls in (("model", workload.model), ("opt", workload.optimizer),
+                         ("data", workload.data)):
         known = set(cls.__dataclass_fields__)
+        if section == "data":
+            known |= set(DataConfig.__dataclass_fields__)
         unknown = set(cfg[section]) - known
         if unknown:
             valid = ", ".join(sorted(known))
             raise SciperfError(f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {valid}")
+    if cfg.data.loader == "dali" and workload.dali is None:
+        raise SciperfError(f"data.loader=dali: {workload.name} has no DALI pipeline (its "
+                           "samples are not fixed-size arrays); use data.loader=native")
     if cfg.instances < 1:
         raise SciperfError(f"instances={cfg.instances} must be at least 1")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:

@@ -46,13 +46,16 @@ def record(root: str | Path, fmt: str, request: dict[str, Any]) -> None:
     _write(Path(root), data)
 
 
-def forget(root: str | Path, fmt: str, layout: SampleLayout) -> None:
-    """Drop the entry of `fmt` and delete that format's samples (data and labels)."""
+def forget(root: str | Path, fmt: str, layout: SampleLayout | None) -> None:
+    """Drop the entry of `fmt` and delete that format's samples (data and labels); with no
+    layout (container formats delete their own) only the entry."""
     root = Path(root)
     if (root / MANIFEST).is_file():
         data = _read(root)
         data.pop(fmt, None)
         _write(root, data)
+    if layout is None:
+        return
     for split in layout.splits:
         folder = root / split
         if folder.is_dir():

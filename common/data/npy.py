@@ -45,6 +45,30 @@ def load(path: str | Path) -> np.ndarray:
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
+def mapped(path: str | Path) -> np.ndarray:
+    """A read-only memory map of an .npy file (header parsed under the lock, checked like
+    :func:`load`: object arrays refused, a short file is a ValueError). Packed formats read
+    slices of large arrays without loading them."""
+    with open(path, "rb") as fh:
+        with _HEADER_LOCK:
+            version = np.lib.format.read_magic(fh)
+            reader = _HEADER_READERS.get(version)
+            if reader is None:
+                raise ValueError(f"unsupported .npy format version {version}")
+            shape, fortran, dtype = reader(fh)
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
+    if dtype.hasobject:
+        raise ValueError("object arrays are not allowed")
+    want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size - offset < want:
+        raise ValueError(f"truncated .npy data: {size - offset} of {want} bytes")
+    if want == 0:
+        return np.empty(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape),
+                     order="F" if fortran else "C")
+
+
 def save(path: Path, arr: np.ndarray) -> None:
     """Write one array atomically (temporary name + rename)."""
     tmp = path.with_name(f".{path.name}.tmp")

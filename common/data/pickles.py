@@ -16,6 +16,10 @@ blob. This module never imports torch and never resolves a global it was not tol
   the raw little-endian bytes) is parsed with the same restricted unpickler, which there
   allows only the ``torch.<Type>Storage`` names and maps them to numpy dtypes;
 * tensors become numpy arrays (a copy of the strided view, bounds checked).
+
+:func:`dumps` is the inverse, for writing records in such a reference format without torch:
+it emits the opcodes torch's own ``pickle.dumps`` of a tensor produces (the legacy storage
+blob included) around numpy arrays, so torch itself and :func:`loads` read them alike.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -142,3 +147,59 @@ def _rebuild_tensor(storage: np.ndarray, offset: int, size: tuple[int, ...],
     view = np.lib.stride_tricks.as_strided(
         storage[offset:], shape=size, strides=tuple(s * storage.itemsize for s in stride))
     return np.array(view)
+
+
+# numpy dtype → the torch storage class a tensor of it pickles under (see STORAGE_DTYPES)
+STORAGE_NAMES = {np.dtype(dtype): name for name, dtype in STORAGE_DTYPES.items()}
+
+
+def dumps(record: Mapping[str, Any], cls: Global) -> bytes:
+    """Pickle `record` as an object of class `cls` ((module, name), e.g. PyG 1.x's
+    ``torch_geometric.data.data.Data``) whose ``__dict__`` is the record, numpy arrays
+    as torch tensors — the bytes ``pickle.dumps(Data(**record))`` would give with torch
+    installed, made without it. Values: arrays, ints, floats, strings, None."""
+    out = bytearray(b"\x80\x03")
+    out += _global(*cls) + b")\x81}("  # cls.__new__(cls), then the state dict
+    for key, value in record.items():
+        out += _plain(str(key))
+        out += _tensor(value) if isinstance(value, np.ndarray) else _plain(value)
+    return bytes(out + b"ub.")  # SETITEMS, BUILD (state → __dict__), STOP
+
+
+def _global(module: str, name: str) -> bytes:
+    """GLOBAL opcode: the class or function `module.name` (resolved only by the reader)."""
+    return b"c" + f"{module}\n{name}\n".encode()
+
+
+def _plain(value: Any) -> bytes:
+    """The opcodes of a plain value (no globals, no memo references across fragments)."""
+    if not isinstance(value, (int, float, str, bytes, tuple, bool)) and value is not None:
+        raise TypeError(f"cannot write a {type(value).__name__} into a record pickle")
+    return pickle.dumps(value, protocol=3)[2:-1]  # without PROTO and STOP
+
+
+def _tensor(array: np.ndarray) -> bytes:
+    """``torch._utils._rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDict())``
+    with the storage as ``torch.storage._load_from_bytes(<legacy blob>)``."""
+    arr = np.require(array, requirements="C")  # 0-d stays 0-d (ascontiguousarray: 1-d)
+    if arr.dtype not in STORAGE_NAMES:
+        raise TypeError(f"no torch storage holds {arr.dtype}")
+    strides = tuple(s // arr.itemsize for s in arr.strides) if arr.size else \
+        tuple(int(np.prod(arr.shape[i + 1:])) for i in range(arr.ndim))
+    storage = _global("torch.storage", "_load_from_bytes") + _plain((_legacy_blob(arr),)) + b"R"
+    ordered = _global("collections", "OrderedDict") + b")R"
+    args = b"(" + storage + _plain(0) + _plain(tuple(arr.shape)) + _plain(strides) + \
+        _plain(False) + ordered + b"t"
+    return _global("torch._utils", "_rebuild_tensor_v2") + args + b"R"
+
+
+def _legacy_blob(arr: np.ndarray) -> bytes:
+    """A storage as legacy ``torch.save`` writes it: magic, protocol, system info, the
+    storage object as a persistent id, its key list, then int64 count + raw bytes."""
+    info = {"protocol_version": LEGACY_PROTOCOL, "little_endian": True,
+            "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    head = b"".join(pickle.dumps(v, protocol=2) for v in (LEGACY_MAGIC, LEGACY_PROTOCOL, info))
+    pid = b"\x80\x02(" + _plain("storage") + _global("torch", STORAGE_NAMES[arr.dtype]) + \
+        _plain("0") + _plain("cpu") + _plain(int(arr.size)) + b"Nt" + b"Q."  # BINPERSID
+    raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    return head + pid + pickle.dumps(["0"], protocol=2) + struct.pack("<q", arr.size) + raw

@@ -14,6 +14,7 @@ from sciperf.workloads.base import Workload
 REGISTRY = {
     "cosmoflow": "sciperf.workloads.cosmoflow",
     "deepcam": "sciperf.workloads.deepcam",
+    "oc20": "sciperf.workloads.oc20",
 }
 WORKLOADS = tuple(REGISTRY)
 DEFAULT = "cosmoflow"  # what `sciperf run` trains when no workload is named

@@ -24,7 +24,12 @@ Hooks (abstract: the first four):
 * ``check(ctx)`` — run checks beyond ``workload.check_config`` (raise SciperfError);
 * ``after_epoch()`` — after the last step of an epoch (e.g. merge per-rank buffers);
 * ``broadcast_buffers`` — DDP's flag (True);
-* ``memory_format()`` — the channels-last format of the weights (from the sample rank).
+* ``memory_format()`` — the channels-last format of the weights (from the sample rank);
+* ``forward(x)`` — the model's output the loss and metric see (``self.net(x)``; OC20:
+  forces, −∂E/∂pos);
+* ``to_device(x_np, y_np)`` — a native loader's numpy batch on the device (tensors;
+  variable-size workloads: dicts of them);
+* ``batch_size(x)`` — samples in a batch (``x.shape[0]``; graphs: structures).
 """
 
 from __future__ import annotations
@@ -88,6 +93,19 @@ class WorkloadBackend(FrameworkBackend):
 
     def after_epoch(self) -> None:
         """Called after the last training step of every epoch."""
+
+    def forward(self, x: Any) -> Any:
+        """The output the loss and the metric take (under autocast, grad as the caller's)."""
+        return self.net(x)
+
+    def to_device(self, x_np: Any, y_np: Any) -> tuple[Any, Any]:
+        """A native loader's numpy batch → device tensors (the workload's device transform
+        applied)."""
+        return native.to_device(x_np, y_np, self.device, self.device_transform)
+
+    def batch_size(self, x: Any) -> int:
+        """Samples in batch `x`."""
+        return int(x.shape[0])
 
     def memory_format(self) -> torch.memory_format | None:
         """Channels-last format for the weights, from the samples' spatial rank (None:
@@ -161,7 +179,7 @@ class WorkloadBackend(FrameworkBackend):
         """Device batches of one epoch (the same tensors from either loader)."""
         if self.dali:
             return dali.batches(loader, epoch, self.device)
-        return native.batches(loader, epoch, self.device, self.device_transform)
+        return (self.to_device(x_np, y_np) for x_np, y_np in loader.epoch(epoch))
 
     def parameter_count(self) -> int:
         """Trainable parameters of the built model."""
@@ -181,7 +199,7 @@ class WorkloadBackend(FrameworkBackend):
         local = not boundary and hasattr(self.net, "no_sync")
         with self.net.no_sync() if local else contextlib.nullcontext():
             with runtime.autocast(self.device, self.cfg.precision):
-                out = self.net(x)
+                out = self.forward(x)
             loss = self.loss_fn(out, y)
             (loss / self.accumulate if self.accumulate > 1 else loss).backward()
         self.micro_step += 1
@@ -207,9 +225,10 @@ class WorkloadBackend(FrameworkBackend):
         for x, y in self.batches(self.train_loader, epoch):
             loss = self.train_step(x, y)
             total += loss.cpu()
-            steps, samples = steps + 1, samples + x.shape[0]
+            n = self.batch_size(x)
+            steps, samples = steps + 1, samples + n
             if on_step:
-                on_step(x.shape[0], float(loss))
+                on_step(n, float(loss))
         self.after_epoch()
         seconds = time.perf_counter() - start
         loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
@@ -222,7 +241,7 @@ class WorkloadBackend(FrameworkBackend):
         metric_sum, count = torch.zeros((), dtype=torch.float64), 0
         for x, y in self.batches(self.eval_loader, 0):
             with runtime.autocast(self.device, self.cfg.precision):
-                out = self.net(x)
+                out = self.forward(x)
             part, n = self.metric_sums(out, y)
             metric_sum += part.double().cpu()
             count += int(n)

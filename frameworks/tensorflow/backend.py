@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from sciperf.backends import EpochResult, FrameworkBackend, RunContext
-from sciperf.data.loader import remainders, shuffle_seed, stack
+from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
 from sciperf_tensorflow import dali, runtime, weights
@@ -99,6 +99,19 @@ class WorkloadBackend(FrameworkBackend):
         """Choices this framework's implementation refuses, beyond the workload's own
         ``check_config`` (raise SciperfError or ValueError naming the key)."""
 
+    def forward(self, x: Any, training: bool) -> Any:
+        """The output the loss and the metric take (OC20: forces, −∂E/∂pos)."""
+        return self.model(x, training=training)
+
+    def batch_size(self, x: Any) -> int:
+        """Samples in batch `x` (graphs: structures)."""
+        return int(x.shape[0])
+
+    def input_signature(self) -> list | None:
+        """(x, y) TensorSpecs of the compiled steps; variable-size batches give theirs
+        with open sizes so one trace serves every batch. None: traced from the batches."""
+        return None
+
     # --- setup ----------------------------------------------------------------------------
     def setup(self, ctx: RunContext) -> None:
         """Threads and device first (TF fixes them at its first op), then checks, seed,
@@ -130,11 +143,12 @@ class WorkloadBackend(FrameworkBackend):
         self.micro_step, self.opt_step = 0, 0
         self.sums = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False)
                      for v in self.model.trainable_variables] if self.accumulate > 1 else []
-        jit = bool(cfg.framework.compile)
-        self._train_step = tf.function(self._step, jit_compile=jit)
-        self._grad_step = tf.function(self._accumulate_step, jit_compile=jit)
+        jit, sig = bool(cfg.framework.compile), self.input_signature()
+        self._train_step = tf.function(self._step, jit_compile=jit, input_signature=sig)
+        self._grad_step = tf.function(self._accumulate_step, jit_compile=jit,
+                                      input_signature=sig)
         self._apply = tf.function(self._apply_sums, jit_compile=jit)
-        self._eval_step = tf.function(self._metric_step, jit_compile=jit)
+        self._eval_step = tf.function(self._metric_step, jit_compile=jit, input_signature=sig)
         self._setup_input(ctx)
 
     def _setup_input(self, ctx: RunContext) -> None:
@@ -149,15 +163,19 @@ class WorkloadBackend(FrameworkBackend):
                                         shuffle, cfg.data.prefetch, remainder)
             self._batches: Callable[..., Iterator] = dali.batches
             self._transform = None
+        elif workload.dataset.collate is not stack:
+            # variable-size samples (graphs): the common threaded loader collates them into
+            # dicts of arrays, converted to tensors as they are consumed
+            def make(files, seed, shuffle, remainder):
+                return BatchLoader(files, reader, ctx.local_batch, seed=seed, shuffle=shuffle,
+                                   prefetch=cfg.data.prefetch, remainder=remainder,
+                                   collate=workload.dataset.collate)
+            self._batches = native.collated_batches
+            self._transform = None
         else:
-            collate = workload.dataset.collate
-            # the default (stack fixed-size samples) is the native loader's own fast path,
-            # which also gives the batches static shapes
-            collate = None if collate is stack else collate
-
             def make(files, seed, shuffle, remainder):
                 return native.make_loader(files, reader, ctx.local_batch, seed, shuffle,
-                                         cfg.data.prefetch, remainder, collate)
+                                         cfg.data.prefetch, remainder)
             self._batches = native.batches
             overridden = type(self).device_transform is not WorkloadBackend.device_transform
             self._transform = self.device_transform if overridden else None
@@ -172,7 +190,7 @@ class WorkloadBackend(FrameworkBackend):
         # the backing tf.Variables of the Keras 3 variables: Horovod's tape needs them
         variables = [getattr(v, "value", v) for v in self.model.trainable_variables]
         with tf.GradientTape() as tape:
-            loss = self.loss_fn(self.model(x, training=True), y)
+            loss = self.loss_fn(self.forward(x, training=True), y)
         return loss, self.comm.wrap_tape(tape).gradient(loss, variables)
 
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -185,7 +203,7 @@ class WorkloadBackend(FrameworkBackend):
         """Compiled micro-batch under accumulation: add grads/accumulate to the sums."""
         loss, grads = self._gradients(x, y)
         for total, g in zip(self.sums, grads, strict=True):
-            total.assign_add(tf.cast(g, tf.float32) / self.accumulate)
+            total.assign_add(tf.cast(tf.convert_to_tensor(g), tf.float32) / self.accumulate)
         return loss
 
     def _apply_sums(self) -> None:
@@ -229,9 +247,10 @@ class WorkloadBackend(FrameworkBackend):
         for x, y in self.batches(self.train_loader, epoch):
             loss = self.train_step(x, y)
             total += loss
-            steps, samples = steps + 1, samples + int(x.shape[0])
+            n = self.batch_size(x)
+            steps, samples = steps + 1, samples + n
             if on_step:
-                on_step(int(x.shape[0]), float(loss))
+                on_step(n, float(loss))
         total = float(total)  # waits for the last step before the clock stops
         self.after_epoch()
         seconds = time.perf_counter() - start
@@ -241,7 +260,7 @@ class WorkloadBackend(FrameworkBackend):
     # --- evaluation -----------------------------------------------------------------------
     def _metric_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Compiled (sum, count) of one validation batch in inference mode."""
-        return self.metric_sums(self.model(x, training=False), y)
+        return self.metric_sums(self.forward(x, training=False), y)
 
     def evaluate(self) -> float:
         """The quality metric over every validation sample of every rank."""

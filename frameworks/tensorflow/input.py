@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from sciperf.data.loader import batch_sizes, epoch_order
+from sciperf.data.loader import BatchLoader, batch_sizes, epoch_order
 from sciperf.errors import SciperfError
 from sciperf.workloads.base import SampleReader
 
@@ -145,3 +146,11 @@ def _reader_message(exc: tf.errors.OpError) -> str:
     if marker in text:
         return text.split(marker, 1)[1].splitlines()[0].strip()
     return text.strip().splitlines()[0]
+
+
+def collated_batches(loader: BatchLoader, epoch: int,
+                     transform: Transform | None = None) -> Iterator[tuple[Any, Any]]:
+    """Batches of one epoch of the common threaded loader (variable-size samples collated
+    into dicts of arrays by the workload), as tensors."""
+    for x, y in loader.epoch(epoch):
+        yield tf.nest.map_structure(tf.convert_to_tensor, (x, y))

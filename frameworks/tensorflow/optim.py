@@ -75,7 +75,9 @@ class AdamFamily:
         if len(grads) != len(self.variables):
             raise ValueError(f"{len(grads)} gradients for {len(self.variables)} variables")
         self.t.assign_add(1.0)
-        grads = [None if g is None else tf.cast(g, tf.float32) for g in grads]
+        # embedding lookups give IndexedSlices: made dense (the moments are dense anyway)
+        grads = [None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
+                 for g in grads]
         if self.name == "LAMB":
             norm = tf.linalg.global_norm([g for g in grads if g is not None])
             clip = tf.maximum(norm / self.max_norm, 1.0)

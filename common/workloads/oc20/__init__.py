@@ -1,6 +1,34 @@
-"""OpenCatalyst OC20: DimeNet++ predicts energies and forces of catalyst structures (S2EF).
+"""OpenCatalyst OC20: DimeNet++ predicts energies and forces of catalyst structures (S2EF);
+the metric is the validation force MAE (eV/Å), lower is better.
 
-Being built (issue 12): ``spec`` holds every number and the model's entry table, ``basis``
-the numpy reference of the basis functions. The contract (``WORKLOAD``) and the registry
-line land with the data formats and the framework backends.
+``WORKLOAD`` is its contract (``sciperf.workloads.base.Workload``): every number is in
+``spec``, the basis functions' numpy reference in ``basis``, periodic neighbour lists in
+``graph``, the two formats (the reference's LMDB of pickled graphs, read without running
+code; sciperf's packed npy shards) and the graph batching in ``data``, the EMT slabs in
+``synthetic``. Samples vary in size, so ``collate`` concatenates graphs rather than
+stacking; sharding is ``uneven`` (every rank steps together on ⌊n/ranks⌋ structures;
+every validation structure is evaluated once).
 """
+
+from __future__ import annotations
+
+from sciperf.workloads.base import Dataset, Metric, Workload
+from sciperf.workloads.oc20 import data, prepare, spec
+
+WORKLOAD = Workload(
+    name=spec.NAME,
+    metric=Metric(spec.METRIC_KEY, spec.METRIC_NAME, spec.TARGET, spec.HIGHER_IS_BETTER),
+    model=spec.ModelSpec, optimizer=spec.OptimizerSpec, train=spec.TrainSpec,
+    data=spec.DataSpec,
+    dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
+                    list_samples=data.list_samples, sample_files=data.sample_files,
+                    reader=data.model_reader, prepare=prepare.SOURCES,
+                    payload_bytes=data.payload_bytes, collate=data.collate),
+    sharding="uneven",
+    lr_for_step=spec.lr_at_step, steps_per_epoch=spec.steps_per_epoch, per_step_lr=True,
+    mllog_hyperparameters=spec.mllog_hyperparameters,
+    train_samples=spec.TRAIN_SAMPLES, eval_samples=spec.EVAL_SAMPLES,
+    runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
+    full_parameter_count=spec.FULL_PARAMETER_COUNT,
+    check_config=spec.check_config, check_run=spec.check_run,
+)

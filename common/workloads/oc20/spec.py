@@ -202,8 +202,78 @@ class TrainSpec:
 
 @dataclass
 class DataSpec:
-    """Dataset defaults: the full reference splits in the reference LMDB format."""
+    """Dataset defaults: the full reference splits in the reference LMDB format, the
+    reference's normaliser, and the synthetic generator's knobs (``sciperf prepare``)."""
 
     format: str = "lmdb"
     train_samples: int = TRAIN_SAMPLES
     eval_samples: int = EVAL_SAMPLES
+    energy_mean: float = ENERGY_MEAN
+    energy_std: float = ENERGY_STD
+    force_std: float = FORCE_STD  # the model learns F / force_std (mean 0)
+    max_neighbours: int = MAX_NEIGHBOURS
+    slab: list[int] = field(default_factory=lambda: [3, 3, 4])  # fcc(111) cells a, b, layers
+    metals: list[str] = field(default_factory=lambda: ["Cu", "Ag", "Au", "Ni", "Pd", "Pt"])
+    rattle: float = 0.05  # Å, Gaussian displacement of every atom
+    adsorbate_probability: float = 0.5
+    structures_per_container: int = 1024  # records per LMDB file / npy shard
+
+
+RCP_EPOCHS = {gbs: olympic_epochs(gbs) for gbs in RCP}
+
+
+def steps_per_epoch(cfg: Any) -> int:
+    """Optimizer steps of one epoch of the configured training set: every rank takes
+    ⌊n / GBS⌋ full batches (sciperf drops the remainder, see docs/architecture.md)."""
+    n = int(cfg.data.train_samples) or TRAIN_SAMPLES
+    return max(n // int(cfg.train.global_batch_size), 1)
+
+
+def lr_at_step(cfg: Any, step: int, steps_per_epoch: int = 0) -> float:
+    """The contract's per-step LR (the schedule counts optimizer steps)."""
+    return lr_for_step(cfg.opt, step)
+
+
+def check_config(cfg: Any) -> None:
+    """Values the schema cannot restrict (ValueError naming the key)."""
+    m = ModelSpec(**dict(cfg.model))
+    positive = {"hidden_channels": m.hidden_channels, "out_emb_channels": m.out_emb_channels,
+                "int_emb_size": m.int_emb_size, "basis_emb_size": m.basis_emb_size,
+                "num_blocks": m.num_blocks, "num_spherical": m.num_spherical,
+                "num_radial": m.num_radial, "envelope_exponent": m.envelope_exponent,
+                "num_output_layers": m.num_output_layers, "num_targets": m.num_targets}
+    for key, value in positive.items():
+        if int(value) < 1:
+            raise ValueError(f"model.{key}={value} must be >= 1")
+    if float(m.cutoff) <= 0 or m.num_before_skip < 0 or m.num_after_skip < 0:
+        raise ValueError("model.cutoff must be > 0 and model.num_{before,after}_skip >= 0")
+    check_optimizer(cfg.opt)
+    d = cfg.data
+    if float(d.force_std) <= 0 or float(d.energy_std) <= 0:
+        raise ValueError("data.force_std and data.energy_std must be > 0")
+
+
+def check_run(cfg: Any) -> None:
+    """Closed-division rules of closed_oc20.yaml that depend on the user's choices."""
+    if cfg.system.submission_division != "closed":
+        return
+    gbs = int(cfg.train.global_batch_size)
+    if gbs not in RCP:
+        raise ValueError(f"train.global_batch_size={gbs}: closed OC20 has reference "
+                         f"convergence points only for {sorted(RCP)}; run in division open")
+
+
+def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:
+    """closed_oc20.yaml's keys, as the reference logs them (`seed` is the driver's)."""
+    o = cfg.opt
+    return {
+        "global_batch_size": int(cfg.train.global_batch_size),
+        "train_samples": int(train_samples),
+        "eval_samples": int(eval_samples),
+        "opt_name": str(o.name),
+        "opt_base_learning_rate": float(o.lr),
+        "opt_learning_rate_warmup_steps": int(o.warmup_steps),
+        "opt_learning_rate_warmup_factor": float(o.warmup_factor),
+        "opt_learning_rate_decay_boundary_steps": [int(m) for m in o.milestones],
+        "opt_learning_rate_decay_factor": float(o.decay_factor),
+    }

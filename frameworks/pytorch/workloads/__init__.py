@@ -10,6 +10,7 @@ from __future__ import annotations
 BACKENDS = {
     "cosmoflow": "sciperf_pytorch.workloads.cosmoflow.backend:CosmoFlowBackend",
     "deepcam": "sciperf_pytorch.workloads.deepcam.backend:DeepCamBackend",
+    "oc20": "sciperf_pytorch.workloads.oc20.backend:OC20Backend",
 }
 
 

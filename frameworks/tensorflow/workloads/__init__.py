@@ -10,6 +10,7 @@ from __future__ import annotations
 BACKENDS = {
     "cosmoflow": "sciperf_tensorflow.workloads.cosmoflow.backend:CosmoFlowBackend",
     "deepcam": "sciperf_tensorflow.workloads.deepcam.backend:DeepCamBackend",
+    "oc20": "sciperf_tensorflow.workloads.oc20.backend:OC20Backend",
 }
 
 
