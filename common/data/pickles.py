@@ -181,7 +181,9 @@ def _plain(value: Any) -> bytes:
 def _tensor(array: np.ndarray) -> bytes:
     """``torch._utils._rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDict())``
     with the storage as ``torch.storage._load_from_bytes(<legacy blob>)``."""
-    arr = np.require(array, requirements="C")  # 0-d stays 0-d (ascontiguousarray: 1-d)
+    # native byte order (a big-endian array is still the same numbers; the storage lookup
+    # and torch's tensor are native), C order; 0-d stays 0-d (ascontiguousarray: 1-d)
+    arr = np.require(array, dtype=array.dtype.newbyteorder("="), requirements="C")
     if arr.dtype not in STORAGE_NAMES:
         raise TypeError(f"no torch storage holds {arr.dtype}")
     strides = tuple(s // arr.itemsize for s in arr.strides) if arr.size else \

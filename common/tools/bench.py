@@ -72,18 +72,20 @@ def _input_model(workload: Workload, sizes: dict[str, Any]) -> Any:
 
 def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
                n: int) -> dict[str, Any]:
-    """Samples/s of the common prefetching loader alone (read + decode + batch) over one
-    format of the workload."""
+    """Samples/s of the common prefetching loader alone (read + decode + the workload's
+    collate) over one format of the workload."""
     cases, model = _cases(workload), _input_model(workload, sizes)
     folder = cases.dataset(root, model, fmt, n)
     files = workload.dataset.list_samples(folder, "train", fmt, n)
     loader = BatchLoader(files, workload.dataset.reader(folder, fmt, model), batch_size=4,
-                         workers=2)
+                         workers=2, remainder="keep", collate=workload.dataset.collate)
     start = time.perf_counter()
-    count = sum(x.shape[0] for x, _ in loader.epoch(0))
+    # batches may be dicts of variable-size arrays (graphs): count the loader's batch sizes
+    count = sum(size for size, _ in zip(loader.sizes, loader.epoch(0), strict=True))
     seconds = time.perf_counter() - start
-    mb = sum(f.stat().st_size for p in files
-             for f in workload.dataset.sample_files(p, fmt)) / 1e6
+    # each file once: samples packed in one container file all name it
+    mb = sum(f.stat().st_size for f in dict.fromkeys(
+        f for p in files for f in workload.dataset.sample_files(p, fmt))) / 1e6
     return {"format": fmt, "input_size": cases.size(model), "samples": count,
             "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
             "MB_per_s": round(mb / seconds, 1)}

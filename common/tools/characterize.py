@@ -87,19 +87,24 @@ def count_flops(model: Any) -> Counts:
 
 
 def bytes_per_sample(cfg: Any) -> tuple[float, str]:
-    """Mean bytes of one training sample's files, and where the number comes from."""
+    """Mean bytes of one training sample's files, and where the number comes from.
+
+    The files of the first 64 samples, each counted once, over the samples they hold: a
+    sample may be a record of a container file that many samples name (OC20's LMDBs and
+    shards), so a per-sample sum of its files would count the container once per record."""
     workload = get(cfg.workload)
-    folder = Path(str(cfg.data.dir))
+    folder, fmt = Path(str(cfg.data.dir)), str(cfg.data.format)
     if (folder / "train").is_dir():
         try:
-            files = workload.dataset.list_samples(folder, "train", cfg.data.format)[:64]
+            samples = workload.dataset.list_samples(folder, "train", fmt)
         except SciperfError:
-            files = []
-        if files:
-            sizes = [sum(f.stat().st_size
-                         for f in workload.dataset.sample_files(p, cfg.data.format))
-                     for p in files]
-            return sum(sizes) / len(sizes), f"mean of {len(files)} files in {folder}/train"
+            samples = []
+        if samples:
+            files = {f for p in samples[:64] for f in workload.dataset.sample_files(p, fmt)}
+            held = sum(set(workload.dataset.sample_files(p, fmt)) <= files for p in samples)
+            total = sum(f.stat().st_size for f in files)
+            return total / held, (f"{len(files)} files holding {held} samples in "
+                                  f"{folder}/train")
     payload = workload.dataset.payload_bytes(workload.model_spec(cfg))
     return float(payload), f"{cfg.data.format} payload, uncompressed (no files in data.dir)"
 

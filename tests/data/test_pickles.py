@@ -142,3 +142,81 @@ def test_storage_blobs_are_checked() -> None:
         pickles.storage_from_bytes(blob[:-4], "rec")
     with pytest.raises(SciperfError, match="^rec: "):
         pickles.storage_from_bytes(b"\x80\x02K\x01.", "rec")  # no legacy magic number
+
+
+# ------------------------------------------------------------------ the torch-free writer
+
+PYG_DATA = ("torch_geometric.data.data", "Data")
+
+
+def _writer_record() -> dict:
+    """Every storage dtype, 0-d, empty and non-contiguous arrays, and plain values."""
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    return {
+        "pos": np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32),
+        "edge_index": np.array([[0, 1, 2], [1, 2, 0]], np.int64),
+        "transposed": base.T, "sliced": base[1:3, 2:5], "strided": base[::2, ::3],
+        "scalar": np.array(7.5), "scalar_int": np.array(3, np.int64),
+        "empty": np.zeros((0, 3), np.float32), "empty_edges": np.zeros((2, 0), np.int64),
+        "mask": np.array([True, False, True]), "half": np.array([1.5, -2.0], np.float16),
+        "int32": np.array([-(2**31), 2**31 - 1], np.int32), "int16": np.array([-7], np.int16),
+        "int8": np.array([-128, 127], np.int8), "uint8": np.array([0, 255], np.uint8),
+        "big_endian": np.array([1.25, -3.5], ">f8"),
+        "natoms": 5, "y": -1.25, "name": "slab", "nothing": None, "flag": True,
+    }
+
+
+def test_written_records_are_read_by_real_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pickle.loads with torch installed (the test trusts its own bytes) rebuilds torch
+    tensors with the same values, dtypes and shapes, as PyG 1.x's Data."""
+    data_cls = _fake_pyg(monkeypatch)
+    record = _writer_record()
+    got = pickle.loads(pickles.dumps(record, PYG_DATA))
+    assert type(got) is data_cls and set(vars(got)) == set(record)
+    for key, value in record.items():
+        if isinstance(value, np.ndarray):
+            tensor = getattr(got, key)
+            assert isinstance(tensor, torch.Tensor), key
+            want = value.astype(value.dtype.newbyteorder("="))
+            assert tensor.numpy().dtype == want.dtype and tuple(tensor.shape) == want.shape
+            assert tensor.is_contiguous()
+            np.testing.assert_array_equal(tensor.numpy(), want, err_msg=key)
+        else:
+            assert getattr(got, key) == value and type(getattr(got, key)) is type(value)
+
+
+def test_written_records_round_trip_through_the_restricted_reader() -> None:
+    record = _writer_record()
+    got = pickles.loads(pickles.dumps(record, PYG_DATA), "rec", {PYG_DATA: Stub})
+    assert isinstance(got, Stub)
+    for key, value in record.items():
+        if isinstance(value, np.ndarray):
+            assert got.__dict__[key].shape == value.shape
+            np.testing.assert_array_equal(got.__dict__[key], value, err_msg=key)
+        else:
+            assert got.__dict__[key] == value
+
+
+def test_written_tensors_equal_what_torch_pickles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch's own pickle of the same record decodes to the same arrays as ours."""
+    data_cls = _fake_pyg(monkeypatch)
+    record = {k: v for k, v in _writer_record().items() if k != "big_endian"}
+    theirs = pickle.dumps(data_cls(**{k: torch.from_numpy(np.require(v, requirements="C"))
+                                      if isinstance(v, np.ndarray) else v
+                                      for k, v in record.items()}), protocol=-1)
+    a = pickles.loads(theirs, "torch", {PYG_DATA: Stub}).__dict__
+    b = pickles.loads(pickles.dumps(record, PYG_DATA), "ours", {PYG_DATA: Stub}).__dict__
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], np.ndarray):
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        else:
+            assert a[key] == b[key]
+
+
+def test_writer_refuses_what_no_tensor_or_plain_value_holds() -> None:
+    for bad in ({"x": np.array(["a"])}, {"x": np.array([1 + 2j])}, {"x": [1, 2]},
+                {"x": {"nested": 1}}, {"x": np.array([None], object)}):
+        with pytest.raises(TypeError):
+            pickles.dumps(bad, PYG_DATA)

@@ -13,7 +13,7 @@ every validation structure is evaluated once).
 from __future__ import annotations
 
 from sciperf.workloads.base import Dataset, Metric, Workload
-from sciperf.workloads.oc20 import data, prepare, spec
+from sciperf.workloads.oc20 import bench, data, flops, prepare, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
@@ -31,4 +31,5 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
+    flops=flops.layers, bench=bench.CASES,
 )

@@ -103,8 +103,7 @@ def list_samples(root: str | Path, split: str, fmt: str, n: int = 0) -> list[Pat
 def record_count(container: Path, fmt: str) -> int:
     """Structures in one container: the LMDB ``length`` key or the shard's ``natoms`` rows."""
     if fmt == "lmdb":
-        with _open_lmdb(container) as env, env.begin() as txn:
-            raw = txn.get(LENGTH_KEY)
+        raw = _lmdb_get(shared_lmdb(container), LENGTH_KEY, container)
         if raw is None:
             raise SciperfError(f"{container}: no '{LENGTH_KEY.decode()}' key (not an OC20 LMDB)")
         length = pickles.loads(raw, f"{container} key length")
@@ -147,10 +146,54 @@ def _open_lmdb(path: Path):  # noqa: ANN202 - lmdb.Environment
     if not path.is_file():
         raise SciperfError(f"{path}: no such LMDB file")
     try:
-        return lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False,
-                         meminit=False, max_readers=64)
+        env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False,
+                        meminit=False, max_readers=64)
     except lmdb.Error as exc:
         raise SciperfError(f"{path}: not a readable LMDB file ({exc})") from None
+    # A truncated copy (an interrupted transfer) opens fine, but touching a page mapped past
+    # the end of the file kills the process with SIGBUS: compare with the pages in use.
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    size = path.stat().st_size
+    if size < needed:
+        env.close()
+        raise SciperfError(f"{path}: truncated LMDB file ({size} of {needed} bytes)")
+    return env
+
+
+_ENVS: dict[tuple[int, int], tuple[str, Any]] = {}  # (st_dev, st_ino) → (path, environment)
+_ENVS_LOCK = threading.Lock()
+
+
+def shared_lmdb(path: Path) -> Any:
+    """This process's one read-only environment of LMDB file `path`.
+
+    py-lmdb refuses to open a file already open in the process (LMDB's rule: its locks
+    belong to the process), so the listing, every reader, a reader's unpickled copy and a
+    forked loader child (which may use its parent's read-only environment, and may not
+    reopen it) share one per file, kept open for the process's life. Keyed by inode: a
+    file replaced under the same name (a regeneration) gets a fresh environment."""
+    try:
+        st = path.stat()
+    except OSError:
+        raise SciperfError(f"{path}: no such LMDB file") from None
+    key = (st.st_dev, st.st_ino)
+    with _ENVS_LOCK:
+        if key not in _ENVS:
+            for stale in [k for k, (name, _) in _ENVS.items() if name == str(path)]:
+                del _ENVS[stale]  # the replaced file's environment closes with its last user
+            _ENVS[key] = (str(path), _open_lmdb(path))
+        return _ENVS[key][1]
+
+
+def _lmdb_get(env: Any, key: bytes, path: Path) -> bytes | None:
+    """One value (a copy); a damaged page is one line naming the file and key."""
+    import lmdb
+
+    try:
+        with env.begin() as txn:
+            return txn.get(key)
+    except lmdb.Error as exc:
+        raise SciperfError(f"{path} key {key.decode()}: corrupt LMDB file ({exc})") from None
 
 
 class _Shard:
@@ -179,7 +222,8 @@ class _Shard:
         out: dict[str, Any] = {k: np.array(a[k][a0:a1])
                                for k in ("pos", "atomic_numbers", "force", "fixed", "tags")}
         out.update(cell=np.array(a["cell"][index]), energy=float(a["energy"][index]),
-                   sid=int(a["sid"][index]), edge_index=np.array(a["edge_index"][:, e0:e1]),
+                   sid=int(a["sid"][index]), fid=int(a["fid"][index]),
+                   edge_index=np.array(a["edge_index"][:, e0:e1]),
                    cell_offsets=np.array(a["cell_offsets"][e0:e1]))
         return out
 
@@ -199,7 +243,7 @@ def from_reference(rec: Any, source: str) -> dict[str, Any]:
                 "force": np.asarray(arr["force"], np.float32),
                 "fixed": np.asarray(arr["fixed"]), "tags": np.asarray(arr["tags"]),
                 "cell": np.asarray(arr["cell"], np.float32).reshape(3, 3),
-                "energy": float(arr["y"]), "sid": int(arr["sid"]),
+                "energy": float(arr["y"]), "sid": int(arr["sid"]), "fid": int(arr["fid"]),
                 "edge_index": np.asarray(arr["edge_index"]),
                 "cell_offsets": np.asarray(arr["cell_offsets"]), "natoms": int(arr["natoms"])}
     except (TypeError, ValueError) as exc:
@@ -272,15 +316,14 @@ class StructureReader:
     def _container(self, path: Path) -> Any:
         with self._lock:
             if path not in self._open:
-                self._open[path] = _open_lmdb(path) if self.fmt == "lmdb" else _Shard(path)
+                self._open[path] = shared_lmdb(path) if self.fmt == "lmdb" else _Shard(path)
             return self._open[path]
 
     def __call__(self, path: Path) -> dict[str, Any]:
         container, index = split_sample(Path(path))
         source = f"{container} key {index}"
         if self.fmt == "lmdb":
-            with self._container(container).begin() as txn:
-                raw = txn.get(str(index).encode("ascii"))
+            raw = _lmdb_get(self._container(container), str(index).encode("ascii"), container)
             if raw is None:
                 raise SciperfError(f"{source}: no such record")
             s = from_reference(pickles.loads(raw, source, {RECORD_CLASS: Record}), source)
@@ -290,11 +333,9 @@ class StructureReader:
         return s
 
     def close(self) -> None:
-        """Close open LMDB environments (shards are memory maps, freed with the arrays)."""
+        """Drop this reader's containers: shards are memory maps freed with the arrays;
+        LMDB environments are the process's (:func:`shared_lmdb`) and stay open for others."""
         with self._lock:
-            for handle in self._open.values():
-                if hasattr(handle, "close"):
-                    handle.close()
             self._open.clear()
 
 
@@ -363,19 +404,26 @@ def write_lmdb(path: Path, structures: Sequence[Mapping[str, Any]]) -> None:
     import lmdb
 
     tmp = path.with_name(f".{path.name}.tmp")
+    lock = tmp.with_name(tmp.name + "-lock")
     _remove(tmp)
-    _remove(tmp.with_name(tmp.name + "-lock"))
-    env = lmdb.open(str(tmp), subdir=False, map_size=1 << 36, meminit=False, map_async=True)
+    _remove(lock)
     try:
-        with env.begin(write=True) as txn:
-            for i, s in enumerate(structures):
-                txn.put(str(i).encode("ascii"), pickles.dumps(to_reference(s), RECORD_CLASS))
-            txn.put(LENGTH_KEY, pickle.dumps(len(structures), protocol=pickle.HIGHEST_PROTOCOL))
-        env.sync(True)
-    finally:
-        env.close()
-    _remove(tmp.with_name(tmp.name + "-lock"))
-    os.replace(tmp, path)
+        env = lmdb.open(str(tmp), subdir=False, map_size=1 << 36, meminit=False,
+                        map_async=True)
+        try:
+            with env.begin(write=True) as txn:
+                for i, s in enumerate(structures):
+                    txn.put(str(i).encode("ascii"),
+                            pickles.dumps(to_reference(s), RECORD_CLASS))
+                txn.put(LENGTH_KEY,
+                        pickle.dumps(len(structures), protocol=pickle.HIGHEST_PROTOCOL))
+            env.sync(True)
+        finally:
+            env.close()
+        os.replace(tmp, path)
+    finally:  # a failure before the rename leaves no dot-file behind
+        _remove(lock)
+        _remove(tmp)
 
 
 def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
@@ -383,6 +431,16 @@ def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
     tmp = folder.with_name(f".{folder.name}.tmp")
     _remove(tmp)
     tmp.mkdir(parents=True)
+    try:
+        _write_arrays(tmp, folder, structures)
+        _remove(folder)
+        os.replace(tmp, folder)
+    finally:  # a failure before the rename (a value too wide for its dtype) leaves nothing
+        _remove(tmp)
+
+
+def _write_arrays(tmp: Path, folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
+    """The shard's arrays into `tmp` (errors name the final `folder`)."""
     cat = {
         "natoms": [len(s["atomic_numbers"]) for s in structures],
         "nedges": [s["edge_index"].shape[1] for s in structures],
@@ -398,8 +456,6 @@ def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
             arr = np.concatenate([np.asarray(s[name]) for s in structures], axis=axis)
             arr = _narrow(arr, dtype, f"{folder}/{name}")
         np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-    _remove(folder)
-    os.replace(tmp, folder)
 
 
 def _narrow(arr: np.ndarray, dtype: str, what: str) -> np.ndarray:
