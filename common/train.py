@@ -119,7 +119,9 @@ def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
     src = Path(cfg.data.dir)
     root = stage_root(cfg.data.stage_dir, src, cfg.workload,
                       info.instance if info.instances > 1 else None)
-    sources = [f for group in files for p in group for f in sample_files(p, cfg.data.format)]
+    # records of one container (OC20) name the same file: each file is copied once
+    sources = list(dict.fromkeys(f for group in files for p in group
+                                 for f in sample_files(p, cfg.data.format)))
     mll.start("staging_start")
     report = stage_files(sources, src, root, workers=int(cfg.data.stage_workers),
                          verify=cfg.data.stage_verify, progress=info.rank == 0)

@@ -5,8 +5,9 @@ The formats are defined once, in the workload's ``data`` module (its ``SampleRea
 ``tf.numpy_function``, in the per-epoch order of the common loader
 (``sciperf.data.loader.epoch_order``) and under its last-batch rule (``batch_sizes``), so
 a (files, seed, epoch) triple gives the same batches as the PyTorch loader. Shapes and
-dtypes come from the reader; variable-size samples pass a `collate` function (default:
-stack). Integer labels (class maps) leave as int32 indices for the loss, float targets
+dtypes come from the reader (fixed-size samples; variable-size ones — graphs — come
+from the common threaded loader through :func:`collated_batches`). Integer labels
+(class maps) leave as int32 indices for the loss, float targets
 as stored. A workload transform that belongs in the graph (e.g. a cheap elementwise op
 on the stored dtype) is a `transform` of :func:`batches`, mapped inside the pipeline.
 """
@@ -26,7 +27,6 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.base import SampleReader
 
 Sample = tuple[np.ndarray, np.ndarray]
-Collate = Callable[[list[Sample]], Sample]
 Transform = Callable[[tf.Tensor], tf.Tensor]
 
 
@@ -35,8 +35,8 @@ class DatasetLoader:
     """Builds the ``tf.data.Dataset`` of one epoch of one shard.
 
     `remainder` is what becomes of a last partial batch (the common loader's
-    ``batch_sizes``: `error`, `drop` or `keep`). `collate` turns a batch's samples into
-    arrays; None stacks fixed-size samples (and gives the batches static shapes).
+    ``batch_sizes``: `error`, `drop` or `keep`). Samples are stacked, so batches have
+    static shapes.
     """
 
     files: list[Path]
@@ -46,7 +46,6 @@ class DatasetLoader:
     shuffle: bool = True
     prefetch: int = 4
     remainder: str = "error"
-    collate: Collate | None = None
     errors: list[str] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -76,8 +75,6 @@ class DatasetLoader:
                 self.errors.append(str(exc))
                 samples.append((np.zeros(self.x_shape, self.reader.x_dtype),
                                 np.zeros(self.y_shape, self.reader.y_dtype)))
-        if self.collate is not None:
-            return self.collate(samples)
         x = np.empty((len(samples), *self.x_shape), self.reader.x_dtype)
         y = np.empty((len(samples), *self.y_shape), self.reader.y_dtype)
         for i, (xi, yi) in enumerate(samples):
@@ -87,10 +84,9 @@ class DatasetLoader:
     def _load(self, paths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         x, y = tf.numpy_function(self._read_batch, [paths], (self.x_dtype, self.y_dtype),
                                  stateful=False)
-        if self.collate is None:
-            n = self.batch_size if self.remainder != "keep" else None  # a smaller last batch
-            x.set_shape((n, *self.x_shape))
-            y.set_shape((n, *self.y_shape))
+        n = self.batch_size if self.remainder != "keep" else None  # a smaller last batch
+        x.set_shape((n, *self.x_shape))
+        y.set_shape((n, *self.y_shape))
         return x, labels(y)
 
     def epoch(self, epoch: int, transform: Transform | None = None) -> tf.data.Dataset:
@@ -115,12 +111,11 @@ def labels(y: tf.Tensor) -> tf.Tensor:
 
 
 def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: int,
-                shuffle: bool, prefetch: int, remainder: str = "error",
-                collate: Collate | None = None) -> DatasetLoader:
+                shuffle: bool, prefetch: int, remainder: str = "error") -> DatasetLoader:
     """The tf.data loader of one shard, reading through the workload's single format
     definition (`reader`)."""
     return DatasetLoader(list(files), reader, batch, seed=seed, shuffle=shuffle,
-                         prefetch=prefetch, remainder=remainder, collate=collate)
+                         prefetch=prefetch, remainder=remainder)
 
 
 def batches(loader: DatasetLoader, epoch: int,

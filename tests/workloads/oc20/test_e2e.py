@@ -197,3 +197,16 @@ def test_bad_data_is_one_line_and_dali_is_refused(tiny: Path, tmp_path: Path) ->
                    f"output_dir={tmp_path / 'c'}", check=False)
     assert proc.returncode == 2 and "exceeds model.cutoff=3.0" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_staged_run_copies_each_container_once(tiny: Path, tmp_path: Path) -> None:
+    """Records share their container: staging copies every container file once and the
+    run reads the node-local copies."""
+    pytest.importorskip("torch")
+    stage = tmp_path / "stage"
+    proc = sciperf("train", *SMALL, *RUN, f"data.dir={tiny}", "data.format=lmdb",
+                   f"data.stage_dir={stage}", f"output_dir={tmp_path / 'o'}", check=False)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]  # trained (target or not)
+    staged = sorted(p.relative_to(stage) for p in stage.rglob("*.lmdb"))
+    assert len(staged) == len(list(tiny.rglob("data.*.lmdb"))) > 0
+    assert "staged" in proc.stdout and "error" not in proc.stderr.lower()
