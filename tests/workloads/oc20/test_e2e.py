@@ -63,7 +63,7 @@ def test_mini_reaches_force_target_and_passes_checker(mini_data: Path, tmp_path:
     summary = json.loads((out / "summary.json").read_text())
     target = summary["config"]["train"]["target"]
     assert summary["status"] == "success" and summary["final_metric"] <= target
-    assert summary["division"] == "open" and summary["parameters"] == 155_526
+    assert summary["division"] == "open" and summary["parameter_count"] == 155_526
     assert summary["epochs"] < summary["config"]["train"]["max_epochs"]
     events = mllog(out / "result_0.txt")
     values = {e["key"]: e["value"] for e in events}
