@@ -16,7 +16,10 @@ Counted from the model spec, not measured, so the numbers hold for every framewo
   weight gradient of a grouped conv, which its formula counts as if the conv were dense
   (groups ignored: c × the real work for a depthwise conv); the tests show the difference
   is exactly that and nothing else. A training sample costs forward + backward; an
-  evaluation sample its forward.
+  evaluation sample its forward. A model whose output is a derivative states its passes
+  (``Workload.flops_passes``): OC20's forces −∂E/∂pos cost one more forward-sized pass
+  (each layer's input gradient), and training differentiates both passes with respect to
+  weights and inputs (2 × 2 forwards): training 6×, evaluation 2× the forward.
 * Bytes read per sample and per epoch: the mean size of the sample files of the data
   format (data.dir when its train split holds them, e.g. gzip'ed TFRecords), else the
   format's uncompressed payload from the spec.
@@ -55,13 +58,17 @@ def _counted(name: str) -> Workload:
     return get(name)
 
 
-def layers(model: Any) -> list[Layer]:
-    """The counted layers of a model spec, by the workload whose contract defines its
-    class (``Workload.model``)."""
+def _owner(model: Any) -> Workload:
+    """The workload whose contract defines the model spec's class (``Workload.model``)."""
     owner = next((get(w) for w in WORKLOADS if isinstance(model, get(w).model)), None)
     if owner is None:
         raise SciperfError(f"{type(model).__name__} is no registered workload's model")
-    return _counted(owner.name).flops(model)  # type: ignore[misc]
+    return owner
+
+
+def layers(model: Any) -> list[Layer]:
+    """The counted layers of a model spec, by the workload that owns its class."""
+    return _counted(_owner(model).name).flops(model)  # type: ignore[misc]
 
 
 @dataclass
@@ -72,6 +79,11 @@ class Counts:
     backward: int
     params: int
     first_layer_forward: int
+    eval: int = -1  # FLOPs of an evaluation sample (-1: the forward)
+
+    def __post_init__(self) -> None:
+        if self.eval < 0:
+            self.eval = self.forward
 
     @property
     def train(self) -> int:
@@ -83,7 +95,13 @@ def count_flops(model: Any) -> Counts:
     found = layers(model)
     forward = sum(2 * layer.macs for layer in found)
     first = 2 * found[0].macs
-    return Counts(forward, 2 * forward - first, sum(layer.params for layer in found), first)
+    params = sum(layer.params for layer in found)
+    passes = _owner(model).flops_passes
+    if passes is not None:
+        train, evaluation = passes
+        return Counts(forward, round((train - 1) * forward), params, first,
+                      round(evaluation * forward))
+    return Counts(forward, 2 * forward - first, params, first)
 
 
 def bytes_per_sample(cfg: Any) -> tuple[float, str]:
@@ -167,7 +185,7 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "layers": [asdict(layer) for layer in layers(model)],
         "parameters": counts.params,
         "flops_per_sample": {"forward": counts.forward, "backward": counts.backward,
-                             "train": counts.train, "eval": counts.forward},
+                             "train": counts.train, "eval": counts.eval},
         "bytes_per_sample": per_sample, "bytes_source": source,
         "train_samples": int(cfg.data.train_samples),
         "bytes_per_epoch": per_sample * int(cfg.data.train_samples),

@@ -154,6 +154,10 @@ class Workload:
     check_config: Callable[[Any], None] = _no_check  # model/opt values the schema can't restrict
     check_run: Callable[[Any], None] = _no_check  # closed-division rules on the user's choices
     flops: Callable[[Any], list[Layer]] | None = None  # counted layers of a model spec
+    # (training, evaluation) FLOPs per sample as multiples of the forward, for models whose
+    # output is itself a derivative (OC20's forces: −∂E/∂pos); None: forward + backward and
+    # the forward (characterize's convention)
+    flops_passes: tuple[float, float] | None = None
     bench: BenchCases | None = None
     dali: DaliFormat | None = None
 

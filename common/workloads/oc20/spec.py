@@ -57,6 +57,10 @@ RCP = {
     2048: (1.6e-3, 3908, (23448, 31264), (33, 32, 33, 33, 33, 34, 33, 33, 30, 33)),
 }
 
+# FLOPs of a training / evaluation structure as multiples of the energy forward: the forces
+# −∂E/∂pos are one more forward-sized pass (every dense layer's input gradient), and
+# training differentiates both passes for weights and inputs (2 × 2 forwards): 1+1+4, 1+1
+FLOPS_PASSES = (6.0, 2.0)
 FULL_PARAMETER_COUNT = 1_810_182  # the reference layout: lin_up of the output blocks has a bias
 TF_ORIGINAL_PARAMETER_COUNT = 1_809_414  # gasteigerjo/dimenet: that projection has none
 

@@ -45,8 +45,9 @@ def test_typical_structure_and_reference_counts() -> None:
     counts = count_flops(spec.ModelSpec())
     assert counts.params == spec.FULL_PARAMETER_COUNT
     assert counts.forward == 9_056_123_040  # ≈ 9.06 GFLOP per structure
-    # the radial frequencies come first (0 MACs): every input gradient is counted
-    assert counts.backward == 2 * counts.forward
+    # forces are a derivative: evaluation is the forward + the force pass, training
+    # differentiates both again (spec.FLOPS_PASSES)
+    assert counts.train == 6 * counts.forward and counts.eval == 2 * counts.forward
 
 
 def test_counts_scale_with_each_graph_size() -> None:

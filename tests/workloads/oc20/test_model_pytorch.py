@@ -131,6 +131,21 @@ def test_spherical_bessel_gradient_is_finite_at_small_arguments() -> None:
     assert torch.isfinite(grad).all()
 
 
+def test_gather_equals_indexing_through_the_double_backward() -> None:
+    """The model's index_select gather is src[index] in value, gradient and the gradient's
+    gradient (repeated indices accumulate), so swapping it in changed no numerics."""
+    index = torch.tensor([3, 0, 3, 3, 1, 4, 0])
+    grads = []
+    for take in (dpp.gather, lambda s, i: s[i]):
+        src = torch.arange(15.0, dtype=torch.float64).reshape(5, 3).requires_grad_(True)
+        out = take(src, index)
+        (g,) = torch.autograd.grad((out ** 3).sum(), src, create_graph=True)
+        (gg,) = torch.autograd.grad((g ** 2).sum(), src)
+        grads.append((out.detach(), g.detach(), gg))
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_radial_and_spherical_basis_match_numpy(batch) -> None:
     """Model rbf and sbf (float64) equal basis.py, short edges (0.5 Å) included."""
     spec = TINY
