@@ -56,6 +56,14 @@ GLOROT_SCALE = 2.0  # PyG's glorot_orthogonal(·, scale=2.0)
 Batch = dict[str, torch.Tensor]
 
 
+def gather(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` of `src` (``src[index]``) by index_select: on CPU its forward is ~1.4×
+    and its backward (index_add_, not the accumulating index_put_ of advanced indexing)
+    ~1.3× faster on the [T, C] per-triplet gathers, which the double backward of the
+    force loss runs several times per block. Same values, same gradients."""
+    return src.index_select(0, index)
+
+
 # ---------------------------------------------------------------------------- graph
 
 
@@ -98,9 +106,9 @@ def edge_vectors(batch: Batch) -> torch.Tensor:
 
     The offset is an elementwise product-sum, not a bmm, so autocast never touches it."""
     pos, (j, i) = batch["pos"], batch["edge_index"]
-    cell = batch["cell"].to(pos.dtype)[batch["batch"][i]]  # [E, 3, 3]
+    cell = batch["cell"].to(pos.dtype).index_select(0, batch["batch"].index_select(0, i))
     offsets = (batch["cell_offsets"].to(pos.dtype)[:, :, None] * cell).sum(dim=1)
-    return pos[j] - pos[i] + offsets
+    return gather(pos, j) - gather(pos, i) + offsets
 
 
 def triplet_angle(vec_ji: torch.Tensor, vec_kj: torch.Tensor) -> torch.Tensor:
@@ -115,7 +123,7 @@ def geometry(batch: Batch) -> Geometry:
     idx_kj, idx_ji = triplets(batch["edge_index"], batch["cell_offsets"],
                               batch["pos"].shape[0])
     flat = vec.detach()  # no force contribution through the angles (reference)
-    angle = triplet_angle(flat[idx_ji], flat[idx_kj])
+    angle = triplet_angle(gather(flat, idx_ji), gather(flat, idx_kj))
     return Geometry(vec.norm(dim=-1), angle, idx_kj, idx_ji)
 
 
@@ -236,7 +244,7 @@ class SphericalBasis(nn.Module):
                 idx_kj: torch.Tensor) -> torch.Tensor:
         """Edge lengths [E], angles [T], k→j edge of each triplet [T] → [T, L·R]."""
         cbf = zonal_harmonics(angle.to(dist.dtype), self.num_spherical)
-        out = self.radial(dist)[idx_kj] * cbf[:, :, None]
+        out = gather(self.radial(dist), idx_kj) * cbf[:, :, None]
         return out.reshape(-1, self.num_spherical * self.num_radial)
 
 
@@ -338,7 +346,7 @@ class DimeNetPP(nn.Module):
         """m_ji = act(W·cat[x_i, x_j, act(W_rbf·rbf)]), x = emb(Z): target first."""
         x = self.emb_block(z)
         r = F.silu(self.dense("emb_block/dense_rbf")(rbf))
-        cat = torch.cat([x[i], x[j], r.to(x.dtype)], dim=-1)
+        cat = torch.cat([gather(x, i), gather(x, j), r.to(x.dtype)], dim=-1)
         return F.silu(self.dense("emb_block/dense")(cat))
 
     def _residual(self, prefix: str, h: torch.Tensor) -> torch.Tensor:
@@ -355,7 +363,7 @@ class DimeNetPP(nn.Module):
         x_kj = x_kj * self.dense(f"{name}/dense_rbf2")(self.dense(f"{name}/dense_rbf1")(rbf))
         x_kj = F.silu(self.dense(f"{name}/down_projection")(x_kj))
         s = self.dense(f"{name}/dense_sbf2")(self.dense(f"{name}/dense_sbf1")(sbf))
-        x_kj = scatter_sum(x_kj[idx_kj] * s, idx_ji, m.shape[0], rbf.dtype)
+        x_kj = scatter_sum(gather(x_kj, idx_kj) * s, idx_ji, m.shape[0], rbf.dtype)
         h = x_ji + F.silu(self.dense(f"{name}/up_projection")(x_kj))
         for k in range(spec.num_before_skip):
             h = self._residual(f"{name}/layers_before_skip/{k}", h)
