@@ -12,7 +12,7 @@ label dtype the losses expect (class maps → int64, float targets unchanged).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +60,11 @@ def to_device(x_np: np.ndarray, y_np: np.ndarray, device: torch.device,
     if transform is not None:
         x = transform(x)
     return channels_first(x), labels(y)
+
+
+def batches(loader: BatchLoader, epoch: int, device: torch.device,
+            transform: Transform | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Device batches of one epoch of fixed-size samples (the template's default
+    ``to_device`` per batch; tests compare other loaders against it)."""
+    for x_np, y_np in loader.epoch(epoch):
+        yield to_device(x_np, y_np, device, transform)

@@ -23,10 +23,11 @@ HIGHER_IS_BETTER = False
 TARGET = 0.036  # the checker wants some eval_error with 0 < value <= 0.036
 # The mini's target (configs/workload_experiment/oc20_mini.yaml, train.target) was
 # calibrated with real runs on its synthetic EMT slabs, whose free-atom force MAE of the
-# zero predictor is 0.326 eV/Å: seed 0, both frameworks reached 0.039–0.043 in 4 epochs
-# (PyTorch 0.097 → 0.067 → 0.052 → 0.039; TensorFlow 0.090 → 0.080 → 0.058 → 0.043 →
-# 0.030), so 0.05 (15 % of the zero predictor) is met in ~4 epochs with margin, yet only
-# by a model that learnt the forces (one epoch gives ~0.09).
+# zero predictor is 0.326 eV/Å: seed 0, PyTorch 0.097 → 0.067 → 0.053 → 0.039 and
+# TensorFlow 0.090 → 0.080 → 0.058 → 0.043 → 0.030 in the first epochs. It is 0.035, just
+# under the closed target, because the official checker applies the 0.036 bound to open
+# oc20 logs as well (a 0.05 mini target was refused); ~5–6 epochs, ~11 % of the zero
+# predictor's error, met only by a model that learnt the forces.
 RUNS_FOR_SCORE = 5
 
 TRAIN_SAMPLES = 2_000_000  # S2EF "2M"
