@@ -21,6 +21,16 @@ _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
                    (2, 0): np.lib.format.read_array_header_2_0}
 
 
+def _header(fh) -> tuple[tuple[int, ...], bool, np.dtype]:  # noqa: ANN001 - binary file
+    """(shape, fortran order, dtype) of an open .npy file, parsed under the lock."""
+    with _HEADER_LOCK:
+        version = np.lib.format.read_magic(fh)
+        reader = _HEADER_READERS.get(version)
+        if reader is None:
+            raise ValueError(f"unsupported .npy format version {version}")
+        return reader(fh)
+
+
 def load(path: str | Path) -> np.ndarray:
     """np.load(path, allow_pickle=False), safe to call from many threads.
 
@@ -28,12 +38,7 @@ def load(path: str | Path) -> np.ndarray:
     (callers turn it into one line naming the file), OSError when it cannot be opened.
     """
     with open(path, "rb") as fh:
-        with _HEADER_LOCK:
-            version = np.lib.format.read_magic(fh)
-            reader = _HEADER_READERS.get(version)
-            if reader is None:
-                raise ValueError(f"unsupported .npy format version {version}")
-            shape, fortran, dtype = reader(fh)
+        shape, fortran, dtype = _header(fh)
         if dtype.hasobject:
             raise ValueError("object arrays are not allowed")
         count = int(np.prod(shape, dtype=np.int64))
@@ -50,12 +55,7 @@ def mapped(path: str | Path) -> np.ndarray:
     :func:`load`: object arrays refused, a short file is a ValueError). Packed formats read
     slices of large arrays without loading them."""
     with open(path, "rb") as fh:
-        with _HEADER_LOCK:
-            version = np.lib.format.read_magic(fh)
-            reader = _HEADER_READERS.get(version)
-            if reader is None:
-                raise ValueError(f"unsupported .npy format version {version}")
-            shape, fortran, dtype = reader(fh)
+        shape, fortran, dtype = _header(fh)
         offset = fh.tell()
         size = os.fstat(fh.fileno()).st_size
     if dtype.hasobject:

@@ -29,7 +29,7 @@ import numpy as np
 from sciperf.data import manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
-from sciperf.workloads.oc20 import data, graph, spec
+from sciperf.workloads.oc20 import data, graph
 
 METALS = ("Cu", "Ag", "Au", "Ni", "Pd", "Pt")  # EMT's realistic fcc metals
 SITES = ("fcc", "hcp", "ontop")
@@ -232,6 +232,3 @@ def force_stats(root: str | Path) -> dict[str, float] | None:
     path = Path(root) / "force_stats.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
-
-__all__ = ["GenerateRequest", "generate", "dataset_complete", "request_from_config",
-           "structure", "spec"]
