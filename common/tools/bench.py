@@ -58,11 +58,30 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     for epoch in range(1, epochs + 1):
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
+    rate = samples / seconds
     return {"framework": framework, "model": experiment, "precision": precision,
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
-            "seconds": round(seconds, 3), "samples_per_s": round(samples / seconds, 3),
+            "seconds": round(seconds, 3), "samples_per_s": round(rate, 3),
+            **_per_unit(cases, folder, "npy", train, rate),
             "peak_flops": backend.peak_flops(precision)}
+
+
+def _per_unit(cases: Any, folder: Path, fmt: str, samples: list[Path],
+              rate: float) -> dict[str, float]:
+    """`<unit>_per_s` for the sizes that vary between samples (``BenchCases.extent``: an
+    OC20 structure's atoms): samples/s alone would rank a run on small graphs first."""
+    if cases.extent is None:
+        return {}
+    means = cases.extent(folder, fmt, samples)
+    return {f"{unit}_per_sample": round(mean, 2) for unit, mean in means.items()} | {
+        f"{unit}_per_s": round(rate * mean, 1) for unit, mean in means.items()}
+
+
+def _units(row: dict[str, Any]) -> str:
+    """`, 1234.5 atoms/s` for each per-unit rate of a row."""
+    return "".join(f", {v} {k[:-len('_per_s')]}/s" for k, v in row.items()
+                   if k.endswith("_per_s") and k not in ("samples_per_s", "MB_per_s"))
 
 
 def _input_model(workload: Workload, sizes: dict[str, Any]) -> Any:
@@ -88,6 +107,7 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
         f for p in files for f in workload.dataset.sample_files(p, fmt))) / 1e6
     return {"format": fmt, "input_size": cases.size(model), "samples": count,
             "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
+            **_per_unit(cases, folder, fmt, files, count / seconds),
             "MB_per_s": round(mb / seconds, 1)}
 
 
@@ -123,8 +143,8 @@ def _input_rows(workload: Workload, root: Path, result: dict[str, Any]) -> None:
         for fmt in workload.formats:
             row = input_case(workload, dict(sizes), fmt, root, n)
             result["input"].append(row)
-            print(f"input {fmt:<8} {row['input_size']} {row['samples_per_s']:8.2f} samples/s "
-                  f"({row['MB_per_s']} MB/s on disk)", flush=True)
+            print(f"input {fmt:<8} {row['input_size']} {row['samples_per_s']:8.2f} samples/s"
+                  f"{_units(row)} ({row['MB_per_s']} MB/s on disk)", flush=True)
         if workload.dali is not None:
             row = dali_case(workload, dict(sizes), root, n)
             result["input"].append(row)
@@ -226,7 +246,7 @@ def bench(overrides: list[str]) -> int:
                 row = train_case(fw, experiment, precision, root, extra)
                 result["train"].append(row)
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
-                      f"{row['samples_per_s']:8.3f} samples/s", flush=True)
+                      f"{row['samples_per_s']:8.3f} samples/s{_units(row)}", flush=True)
     _input_rows(workload, root, result)
     if cases.staging:
         sizes, n = cases.input[-1]

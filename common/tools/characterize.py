@@ -20,6 +20,10 @@ Counted from the model spec, not measured, so the numbers hold for every framewo
   (``Workload.flops_passes``): OC20's forces −∂E/∂pos cost one more forward-sized pass
   (each layer's input gradient), and training differentiates both passes with respect to
   weights and inputs (2 × 2 forwards): training 6×, evaluation 2× the forward.
+  Where the data sets a sample's cost (OC20: atoms, edges, triplets of each graph) and
+  data.dir holds training data, the layers are counted on the mean sizes of its first 64
+  training samples (``Workload.flops_on_data``), else on the spec's typical sample; the
+  result's ``flops_source`` says which.
 * Bytes read per sample and per epoch: the mean size of the sample files of the data
   format (data.dir when its train split holds them, e.g. gzip'ed TFRecords), else the
   format's uncompressed payload from the spec.
@@ -90,9 +94,10 @@ class Counts:
         return self.forward + self.backward
 
 
-def count_flops(model: Any) -> Counts:
-    """FLOPs per sample by the convention of the module docstring."""
-    found = layers(model)
+def count_flops(model: Any, found: list[Layer] | None = None) -> Counts:
+    """FLOPs per sample by the convention of the module docstring, over `found` (the
+    model's own counted layers by default)."""
+    found = layers(model) if found is None else found
     forward = sum(2 * layer.macs for layer in found)
     first = 2 * found[0].macs
     params = sum(layer.params for layer in found)
@@ -104,6 +109,33 @@ def count_flops(model: Any) -> Counts:
     return Counts(forward, 2 * forward - first, params, first)
 
 
+def _train_samples(cfg: Any) -> tuple[Path, str, list[Path]] | None:
+    """(data.dir, data.format, its training samples) when data.dir holds that split."""
+    workload = get(cfg.workload)
+    folder, fmt = Path(str(cfg.data.dir)), str(cfg.data.format)
+    if not (folder / "train").is_dir():
+        return None
+    try:
+        samples = workload.dataset.list_samples(folder, "train", fmt)
+    except SciperfError:
+        return None
+    return (folder, fmt, samples) if samples else None
+
+
+def counted_layers(cfg: Any, model: Any) -> tuple[list[Layer], str]:
+    """The layers to count and where their input sizes come from: a workload whose cost
+    the data sets (``Workload.flops_on_data``) counts the first 64 training samples of
+    data.dir when it holds them; otherwise the model spec's own sizes."""
+    workload = _counted(cfg.workload)
+    found = _train_samples(cfg) if workload.flops_on_data is not None else None
+    if found is not None:
+        folder, fmt, samples = found
+        return workload.flops_on_data(model, folder, fmt, samples[:64])  # type: ignore[misc]
+    if workload.flops_on_data is not None:
+        return layers(model), "the spec's typical sample (no training data in data.dir)"
+    return layers(model), "the model's input size"
+
+
 def bytes_per_sample(cfg: Any) -> tuple[float, str]:
     """Mean bytes of one training sample's files, and where the number comes from.
 
@@ -111,18 +143,13 @@ def bytes_per_sample(cfg: Any) -> tuple[float, str]:
     sample may be a record of a container file that many samples name (OC20's LMDBs and
     shards), so a per-sample sum of its files would count the container once per record."""
     workload = get(cfg.workload)
-    folder, fmt = Path(str(cfg.data.dir)), str(cfg.data.format)
-    if (folder / "train").is_dir():
-        try:
-            samples = workload.dataset.list_samples(folder, "train", fmt)
-        except SciperfError:
-            samples = []
-        if samples:
-            files = {f for p in samples[:64] for f in workload.dataset.sample_files(p, fmt)}
-            held = sum(set(workload.dataset.sample_files(p, fmt)) <= files for p in samples)
-            total = sum(f.stat().st_size for f in files)
-            return total / held, (f"{len(files)} files holding {held} samples in "
-                                  f"{folder}/train")
+    found = _train_samples(cfg)
+    if found is not None:
+        folder, fmt, samples = found
+        files = {f for p in samples[:64] for f in workload.dataset.sample_files(p, fmt)}
+        held = sum(set(workload.dataset.sample_files(p, fmt)) <= files for p in samples)
+        total = sum(f.stat().st_size for f in files)
+        return total / held, f"{len(files)} files holding {held} samples in {folder}/train"
     payload = workload.dataset.payload_bytes(workload.model_spec(cfg))
     return float(payload), f"{cfg.data.format} payload, uncompressed (no files in data.dir)"
 
@@ -169,7 +196,8 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
                 merged.system[key] = cfg.system[key]
         cfg = merged
     model = workload.model_spec(cfg)
-    counts = count_flops(model)
+    found, flops_source = counted_layers(cfg, model)
+    counts = count_flops(model, found)
     per_sample, source = bytes_per_sample(cfg)
     ranks = int(run["world_size"]) if run else int(cfg.system.nodes) * max(
         int(cfg.system.accelerators_per_node), 1)
@@ -182,7 +210,7 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "convention": "conv/deconv/dense multiply-adds × 2; backward = 2×forward − "
                       "forward(first layer, no input gradient); bias/norm/activation/pool/"
                       "loss not counted",
-        "layers": [asdict(layer) for layer in layers(model)],
+        "layers": [asdict(layer) for layer in found], "flops_source": flops_source,
         "parameters": counts.params,
         "flops_per_sample": {"forward": counts.forward, "backward": counts.backward,
                              "train": counts.train, "eval": counts.eval},
@@ -278,6 +306,7 @@ def table(result: dict[str, Any]) -> str:
         ("FLOPs/sample forward", _si(f["forward"], "FLOP")),
         ("FLOPs/sample backward", _si(f["backward"], "FLOP")),
         ("FLOPs/sample train", _si(f["train"], "FLOP")),
+        ("FLOPs counted on", result.get("flops_source", "the model's input size")),
         ("bytes/sample read", f"{_si(result['bytes_per_sample'], 'B')} "
                               f"({result['bytes_source']})"),
         ("bytes/epoch read", _si(result["bytes_per_epoch"], "B")),

@@ -85,6 +85,9 @@ class BenchCases:
     input: tuple[tuple[Mapping[str, Any], int], ...]
     dataset: Callable[[Path, Any, str, int], Path]
     size: Callable[[Any], Any]
+    # per-sample means of sizes that vary between samples (OC20: atoms, edges) over
+    # (folder, format, samples): rows add `<size>_per_s` beside samples/s; None: fixed sizes
+    extent: Callable[[Path, str, list[Path]], Mapping[str, float]] | None = None
     staging: bool = False  # time staging against cp -r on this workload's data
     scaling: bool = False  # time 1 vs 2 ranks through the real launcher
 
@@ -154,6 +157,10 @@ class Workload:
     check_config: Callable[[Any], None] = _no_check  # model/opt values the schema can't restrict
     check_run: Callable[[Any], None] = _no_check  # closed-division rules on the user's choices
     flops: Callable[[Any], list[Layer]] | None = None  # counted layers of a model spec
+    # counted layers on a dataset's own samples, for models whose cost the data sets (OC20's
+    # graphs): (model, folder, format, samples) → (layers, where the sizes come from);
+    # characterize uses it when data.dir holds data, ``flops`` otherwise
+    flops_on_data: Callable[[Any, Path, str, list[Path]], tuple[list[Layer], str]] | None = None
     # (training, evaluation) FLOPs per sample as multiples of the forward, for models whose
     # output is itself a derivative (OC20's forces: −∂E/∂pos); None: forward + backward and
     # the forward (characterize's convention)

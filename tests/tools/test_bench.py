@@ -26,6 +26,14 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     assert row["global_batch_size"] == gbs
     assert row["samples"] == epochs * (n // gbs) * gbs  # full batches of every timed epoch
     assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
+    per_unit = {k for k in row if k.endswith("_per_s")} - {"samples_per_s"}
+    if w.bench.extent is None:  # fixed-size samples: samples/s says it all
+        assert not per_unit
+    else:  # graphs: one rate per varying size, at samples/s × the mean size
+        assert per_unit
+        for key in per_unit:
+            mean = row[key.replace("_per_s", "_per_sample")]
+            assert row[key] == pytest.approx(row["samples_per_s"] * mean, rel=1e-2)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

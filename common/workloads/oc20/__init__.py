@@ -31,5 +31,6 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    flops=flops.layers, flops_passes=spec.FLOPS_PASSES, bench=bench.CASES,
+    flops=flops.layers, flops_on_data=flops.layers_on_data, flops_passes=spec.FLOPS_PASSES,
+    bench=bench.CASES,
 )

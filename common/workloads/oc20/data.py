@@ -239,7 +239,7 @@ def from_reference(rec: Any, source: str) -> dict[str, Any]:
     arr = {k: state[k] for k in REFERENCE_FIELDS}
     try:
         return {"pos": np.asarray(arr["pos"], np.float32),
-                "atomic_numbers": np.asarray(arr["atomic_numbers"]).astype(np.int64),
+                "atomic_numbers": _integral(arr["atomic_numbers"], f"{source} atomic_numbers"),
                 "force": np.asarray(arr["force"], np.float32),
                 "fixed": np.asarray(arr["fixed"]), "tags": np.asarray(arr["tags"]),
                 "cell": np.asarray(arr["cell"], np.float32).reshape(3, 3),
@@ -248,6 +248,18 @@ def from_reference(rec: Any, source: str) -> dict[str, Any]:
                 "cell_offsets": np.asarray(arr["cell_offsets"]), "natoms": int(arr["natoms"])}
     except (TypeError, ValueError) as exc:
         raise SciperfError(f"{source}: malformed record ({exc})") from None
+
+
+def _integral(values: Any, what: str) -> np.ndarray:
+    """Integers stored as floats (PyG keeps atomic numbers as float tensors) → int64;
+    a fractional or non-finite value is refused rather than truncated to another element."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise SciperfError(f"{what}: not whole numbers")
+    elif arr.dtype.kind not in "iub":
+        raise SciperfError(f"{what}: dtype {arr.dtype} is not numeric")
+    return arr.astype(np.int64)
 
 
 def check_structure(s: Mapping[str, Any], source: str, cutoff: float) -> None:

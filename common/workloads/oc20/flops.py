@@ -19,20 +19,22 @@ elementwise and left out, as characterize's convention leaves them out everywher
 
 :func:`layers` (what ``Workload.flops`` gives characterize) counts a typical OC20 structure
 of the reference graph (6 Å, at most 50 neighbours); :func:`layers_for` counts any sizes,
-e.g. the means :func:`graph_sizes` measures on a dataset's structures.
+e.g. the means :func:`graph_sizes` measures on a dataset's structures, which
+:func:`layers_on_data` (``Workload.flops_on_data``) reads from the files a run trains on.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sciperf.workloads.base import Layer
-from sciperf.workloads.oc20 import graph
+from sciperf.workloads.oc20 import data, graph
 from sciperf.workloads.oc20.spec import ModelSpec
 
 # A typical OC20 S2EF structure. Atoms: the OC20 paper (Chanussot et al., ACS Catal. 2021)
@@ -128,3 +130,29 @@ def graph_sizes(structures: Iterable[Mapping[str, Any]]) -> GraphSizes:
         raise ValueError("graph_sizes needs at least one structure")
     atoms, edges, triplets = totals / n
     return GraphSizes(float(atoms), float(edges), float(triplets))
+
+
+def sizes_on_data(fmt: str, samples: Sequence[Path], cutoff: float = math.inf) -> GraphSizes:
+    """Mean graph sizes of `samples` as stored (every structure read and checked)."""
+    reader = data.StructureReader(fmt, cutoff)
+    try:
+        return graph_sizes(reader(p) for p in samples)
+    finally:
+        reader.close()
+
+
+def layers_on_data(model: ModelSpec, folder: Path, fmt: str,
+                   samples: Sequence[Path]) -> tuple[list[Layer], str]:
+    """The counted layers on the mean graph of `samples` (``Workload.flops_on_data``), and
+    a line saying so: the mini's 4 Å / 12-neighbour slabs cost a fraction of OC20's."""
+    sizes = sizes_on_data(fmt, samples, float(model.cutoff))
+    source = (f"mean of {len(samples)} training structures in {folder}: {sizes.atoms:.1f} "
+              f"atoms, {sizes.edges:.1f} edges, {sizes.triplets:.1f} triplets")
+    return layers_for(model, sizes.atoms, sizes.edges, sizes.triplets), source
+
+
+def extent(folder: Path, fmt: str, samples: Sequence[Path]) -> dict[str, float]:
+    """Mean atoms and edges per structure of `samples` (bench's per-atom rates)."""
+    del folder  # the samples name their containers
+    sizes = sizes_on_data(fmt, samples)
+    return {"atoms": sizes.atoms, "edges": sizes.edges}

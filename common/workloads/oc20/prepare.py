@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,10 @@ def convert(cfg: Any, force: bool = False) -> None:
     check_writable(root)
     info = discover()
     reader = data.StructureReader("lmdb", float(cfg.model.cutoff))
-    mine = [(split, c) for split in spec.SPLITS for c in data.containers(root, split, "lmdb")]
-    mine = mine[info.rank::info.world]
+    every = [(split, c) for split in spec.SPLITS for c in data.containers(root, split, "lmdb")]
+    if info.rank == 0:
+        _remove_stale_shards(root, every)
+    mine = every[info.rank::info.world]
     total = sum(data.record_count(c, "lmdb") for _, c in mine)
     bar = Progress(total, "lmdb → npy", unit="structures", enabled=True)
     for split, container in mine:
@@ -61,14 +64,35 @@ def convert(cfg: Any, force: bool = False) -> None:
           f"{root}{share}")
 
 
+def _remove_stale_shards(root: Path, lmdbs: list[tuple[str, Path]]) -> None:
+    """Shards of an earlier conversion whose LMDB is gone: a run would read them as data."""
+    wanted = {(split, c.name[len("data."):-len(".lmdb")]) for split, c in lmdbs}
+    for split in spec.SPLITS:
+        folder = root / split
+        for shard in sorted(folder.glob("shard.*")) if folder.is_dir() else []:
+            if (split, shard.name[len("shard."):]) not in wanted:
+                shutil.rmtree(shard)
+                print(f"removed {shard}: no {split}/data.{shard.name[len('shard.'):]}.lmdb "
+                      "beside it (left from an earlier conversion)")
+
+
 def verify_existing(cfg: Any, force: bool = False) -> None:
-    """Existing data: containers are there and the first structure of each split reads."""
+    """Existing data: the split holds the structures asked for, and the first and last
+    structure of every container read and pass the checks (a truncated or damaged file
+    shows there; the loaders check every structure as they read it)."""
     root = Path(cfg.data.dir)
-    reader = data.StructureReader(cfg.data.format, float(cfg.model.cutoff))
+    fmt = str(cfg.data.format)
+    reader = data.StructureReader(fmt, float(cfg.model.cutoff))
     for split, n in (("train", cfg.data.train_samples), ("validation", cfg.data.eval_samples)):
-        files = data.list_samples(root, split, cfg.data.format, int(n))
-        reader(files[0])
-        print(f"{root}/{split}: {len(files)} {cfg.data.format} structures")
+        files = data.list_samples(root, split, fmt, int(n))
+        ends: dict[Path, list[Path]] = {}
+        for path in files:
+            ends.setdefault(path.parent, []).append(path)
+        for paths in ends.values():
+            for path in dict.fromkeys((paths[0], paths[-1])):
+                reader(path)
+        print(f"{root}/{split}: {len(files)} {fmt} structures in {len(ends)} containers "
+              "(first and last of each read and checked)")
     reader.close()
 
 

@@ -65,6 +65,10 @@ class GenerateRequest:
                                f"than {FIXED_LAYERS} layers (the bottom {FIXED_LAYERS} are fixed)")
         if not 0 <= self.adsorbate_probability <= 1 or self.rattle < 0:
             raise SciperfError("data.adsorbate_probability must be in [0, 1], data.rattle >= 0")
+        if self.train_samples < 1 or self.eval_samples < 1:
+            raise SciperfError(f"data.train_samples={self.train_samples}, data.eval_samples="
+                               f"{self.eval_samples}: synthetic data needs at least one "
+                               "structure per split (0 means 'all' only for existing data)")
         if self.cutoff <= 0 or self.max_neighbours < 1 or self.per_container < 1:
             raise SciperfError("model.cutoff, data.max_neighbours and "
                                "data.structures_per_container must be positive")

@@ -585,6 +585,41 @@ def test_existing_data_with_too_few_structures_is_refused(dataset: Path,
     assert "12 lmdb structures" in proc.stdout and "4 lmdb structures" in proc.stdout
 
 
+def test_existing_reads_the_last_structure_of_every_container(copy: Path,
+                                                               sciperf_cmd: list[str]) -> None:
+    """A container damaged past its first record (a file cut short, a bad last record)
+    is found by `data.source=existing`, not at the end of the first epoch."""
+    last = sorted((copy / "train").glob("data.*.lmdb"))[-1]
+    structures = _structures(copy, last)
+    structures[-1]["force"] = structures[-1]["force"].copy()
+    structures[-1]["force"][0, 0] = np.nan
+    data.write_lmdb(last, structures)
+    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=lmdb")
+    _assert_cli_error(proc, f"{last} key {len(structures) - 1}", "force holds NaN")
+    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=npy")
+    assert proc.returncode == 0, proc.stderr
+    assert "12 npy structures in 3 containers" in proc.stdout
+
+
+def test_fractional_atomic_numbers_are_refused_not_truncated(dataset: Path) -> None:
+    s = _structures(dataset, dataset / "train" / "shard.0000")[0]
+    rec = data.Record()
+    rec.__dict__.update(data.to_reference(s))
+    rec.__dict__["atomic_numbers"] = np.asarray(s["atomic_numbers"], np.float32)
+    np.testing.assert_array_equal(data.from_reference(rec, "x")["atomic_numbers"],
+                                  s["atomic_numbers"])  # PyG's float storage is fine
+    rec.__dict__["atomic_numbers"][1] = 28.7  # not Ni (28): refused, never truncated
+    with pytest.raises(SciperfError, match="^src key 0 atomic_numbers: not whole numbers$"):
+        data.from_reference(rec, "src key 0")
+
+
+def test_synthetic_data_needs_structures_in_both_splits(tmp_path: Path) -> None:
+    for counts in ({"train_samples": 0}, {"eval_samples": 0}):
+        with pytest.raises(SciperfError, match="at least one structure per split"):
+            synthetic.generate(_request(tmp_path, **counts), show_progress=False)
+    assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
 # ------------------------------------------------------------------ the converter
 
 def _lmdb_only(root: Path) -> dict[str, bytes]:
@@ -603,6 +638,20 @@ def test_convert_recreates_the_shards(copy: Path, sciperf_cmd: list[str]) -> Non
     assert "converted 16 structures in 4 LMDB files" in proc.stdout
     assert _files(copy, "*/shard.*/*.npy") == shards
     assert not list(copy.glob("*/.*"))
+
+
+def test_convert_removes_shards_left_from_an_earlier_conversion(copy: Path,
+                                                                 sciperf_cmd: list[str]) -> None:
+    """An older, larger conversion left shard.0007: a run would train on it."""
+    _lmdb_only(copy)
+    stale = copy / "train" / "shard.0007"
+    stale.mkdir()
+    (stale / "natoms.npy").write_bytes(b"old")
+    proc = _sciperf(sciperf_cmd, "data.source=convert", f"data.dir={copy}",
+                    f"model.cutoff={CUTOFF}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"removed {stale}: no train/data.0007.lmdb" in proc.stdout
+    assert not stale.exists() and len(data.list_samples(copy, "train", "npy")) == 12
 
 
 def test_convert_failing_midway_leaves_nothing_half_written(copy: Path,

@@ -133,6 +133,12 @@ def test_graph_sizes_of_a_dataset(tmp_path: Path) -> None:
                  for f in data.sample_files(p, fmt)}
         result = characterize(cfg)
         assert result["bytes_per_sample"] == sum(f.stat().st_size for f in files) / 3
+        # …and counts FLOPs on these graphs, not on OC20's typical structure
+        mini = WORKLOAD.model_spec(cfg)
+        want = flops.layers_for(mini, got.atoms, got.edges, got.triplets)
+        assert result["flops_per_sample"]["forward"] == count_flops(mini, want).forward
+        assert result["flops_per_sample"]["forward"] < count_flops(mini).forward / 5
+        assert result["flops_source"].startswith(f"mean of 3 training structures in {tmp_path}")
 
 
 def test_characterize_reports_flops_per_structure(tmp_path: Path) -> None:
@@ -143,6 +149,7 @@ def test_characterize_reports_flops_per_structure(tmp_path: Path) -> None:
     assert result["parameters"] == spec.FULL_PARAMETER_COUNT
     assert result["flops_per_sample"]["forward"] == count_flops(spec.ModelSpec()).forward
     assert result["bytes_per_sample"] == data.payload_bytes(spec.ModelSpec())
+    assert result["flops_source"].startswith("the spec's typical sample")
     assert math.isclose(result["io_intensity_flop_per_byte"],
                         result["flops_per_sample"]["train"] / result["bytes_per_sample"])
 
@@ -157,3 +164,20 @@ def test_bench_graphs_follow_the_cutoff() -> None:
                                 list(cfg.data.slab)]
     assert float(cfg.model.cutoff) == bench.MINI_CUTOFF
     assert bench.size(WORKLOAD.model(**bench.CASES.input[0][0])) == bench.size(mini)
+
+
+def test_bench_rows_rate_atoms_and_edges(tmp_path: Path) -> None:
+    """Structures/s alone would favour small graphs: the rows add atoms/s and edges/s from
+    the timed structures' own sizes."""
+    from sciperf.tools import bench as bench_tool
+
+    synthetic.generate(tiny_request(tmp_path), show_progress=False)
+    samples = data.list_samples(tmp_path, "train", "npy")
+    reader = data.StructureReader("npy", 4.0)
+    atoms = np.mean([len(reader(p)["atomic_numbers"]) for p in samples])
+    got = bench_tool._per_unit(bench.CASES, tmp_path, "npy", samples, 10.0)
+    assert got["atoms_per_sample"] == pytest.approx(atoms, abs=0.01)
+    assert got["atoms_per_s"] == pytest.approx(10 * atoms, abs=0.1)
+    assert got["edges_per_s"] > got["atoms_per_s"]
+    assert bench_tool._units({"samples_per_s": 1.0, **got}).startswith(
+        f", {got['atoms_per_s']} atoms/s, {got['edges_per_s']} edges/s")
