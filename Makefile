@@ -10,6 +10,8 @@ EXPERIMENT ?= mini
 DATA_DIR ?= data/$(WORKLOAD)-$(EXPERIMENT)
 OUT_DIR ?= results/$(WORKLOAD)-$(FRAMEWORK)-$(EXPERIMENT)
 ARGS ?=
+# `make run` replaces its own default results folder; an OUT_DIR you name is never overwritten
+RUN_OVERWRITE = $(if $(filter file,$(origin OUT_DIR)),train.overwrite=true)
 PYTEST_ARGS ?=
 # Images (containers/README.md): FRAMEWORK above, FLAVOR, and optional build inputs.
 FLAVOR ?= cpu
@@ -42,7 +44,7 @@ setup-test: ## setup + what the tests exercise: OpenMPI, Horovod (cached build),
 
 run: setup ## generate synthetic data, train mini CosmoFlow to target, check the log
 	$(SCIPERF) run workload=$(WORKLOAD) framework=$(FRAMEWORK) experiment=$(EXPERIMENT) \
-	  data.dir=$(DATA_DIR) output_dir=$(OUT_DIR) $(ARGS)
+	  data.dir=$(DATA_DIR) output_dir=$(OUT_DIR) $(RUN_OVERWRITE) $(ARGS)
 
 test: setup-test ## run the test suite
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests

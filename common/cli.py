@@ -113,14 +113,15 @@ def cmd_report(args: argparse.Namespace) -> int:
                       "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
 def cmd_characterize(args: argparse.Namespace) -> int:
     from sciperf.config import compose
-    from sciperf.tools.characterize import characterize, load_run, table, write_outputs
+    from sciperf.tools.characterize import characterize, check_out, load_run, table, write_outputs
     runs = [o.split("=", 1)[1] for o in args.overrides if o.startswith("run=")]
     overrides = [o for o in args.overrides if not o.startswith("run=")]
     if len(runs) > 1:
         raise SciperfError("characterize takes at most one run=OUT")
+    out = check_out(Path(args.out or "characterize"))
     run = load_run(runs[0]) if runs else None
     result = characterize(compose(overrides), run)
-    out = write_outputs(result, Path(args.out or "characterize"))
+    out = write_outputs(result, out)
     print(json.dumps(result, indent=2) if args.json else table(result))
     print(f"wrote {out}/characterize.json and {out}/roofline.png")
     return 0
@@ -282,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sciperf {args.verb}: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"sciperf {args.verb}: terminated by {exc} (run_stop aborted written)",
-              file=sys.stderr)
+        records = getattr(exc, "sciperf_records", "nothing written")
+        print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
         return 143
 
 

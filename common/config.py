@@ -58,6 +58,7 @@ class TrainConfig:
     log_every: int = 0  # steps between progress lines inside an epoch (0: per epoch only)
     init_weights: str = ""  # canonical .npz to start from (same file works in every framework)
     save_weights: bool = False  # write OUT/weights_rank<r>.npz (canonical) at the end
+    overwrite: bool = False  # replace an earlier run in output_dir (else: refused)
 
 
 @dataclass

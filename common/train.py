@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import platform
 import signal
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__
+from sciperf import __version__, output
 from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
@@ -149,8 +150,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         workload.check_run(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output.claim(Path(cfg.output_dir), bool(cfg.train.overwrite), rank == 0,
+                       info.instance, info.instances)
     mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
                    instance=info.instance if info.instances > 1 else None)
     t0 = time.time()
@@ -182,18 +183,31 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         backend.barrier()
         if cfg.train.save_weights:
             save_npz(out / weights_file(info), backend.export_weights())
-    except BaseException:
+    except BaseException as exc:
         with _shielded():
             if run_start is not None:
                 mll.run_stop(False, state.epochs)
             _write_summary(out, cfg, workload, backend, state, "error", t0, run_start, info)
             mll.close()
+        # what this rank left behind, for the CLI's last line (a peer's death must not
+        # claim a record that only rank 0 writes)
+        exc.sciperf_records = _records_line(out, info, run_start)  # type: ignore[attr-defined]
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
     backend.close()
     status = "success" if state.success else "aborted"
     return _write_summary(out, cfg, workload, backend, state, status, t0, run_start, info)
+
+
+def _records_line(out: Path, info: RankInfo, run_start: float | None) -> str:
+    """'run_stop aborted and summary.json written to OUT' on the writing rank, else why not."""
+    if info.rank != 0:
+        return f"rank {info.rank} writes no MLLOG record; its instance's rank 0 does"
+    summary = summary_file(info.instance, info.instances)
+    if run_start is None:
+        return f"{summary} written to {out} (stopped before run_start)"
+    return f"run_stop aborted and {summary} written to {out}"
 
 
 @contextlib.contextmanager
@@ -231,11 +245,13 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         lr = workload.lr_for_epoch(cfg, epoch)
         mll.start("epoch_start", metadata={"epoch_num": num})
         result: EpochResult = backend.train_epoch(epoch, lr)
+        _finite(result.loss, "training loss", num, workload)
         mll.end("epoch_stop", metadata={"epoch_num": num})
         mll.start("eval_start", metadata={"epoch_num": num})
         t_eval = time.time()
         metric = float(backend.evaluate())
         eval_s = time.time() - t_eval
+        _finite(metric, workload.metric.key, num, workload)
         mll.end("eval_stop", metadata={"epoch_num": num})
         mll.event(workload.metric.key, metric, metadata={"epoch_num": num})
         state.epochs, state.metric = num, metric
@@ -249,6 +265,16 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
             _epoch_line(cfg, workload, state, result, eval_s, max_epochs, loop_start)
         if state.success:
             return
+
+
+def _finite(value: float, what: str, epoch: int, workload: Workload) -> None:
+    """Stop at the first NaN/Inf loss or metric: epochs of `loss nan` teach nothing, and
+    the MLLOG and summary.json would carry a value JSON cannot hold."""
+    if not math.isfinite(float(value)):
+        raise SciperfError(
+            f"{what} is {value} in epoch {epoch}: training diverged or the data holds "
+            f"NaN/Inf (`sciperf prepare workload={workload.name} data.source=existing` "
+            "checks the files); stopped")
 
 
 def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResult,
@@ -309,9 +335,21 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
     if info.rank == 0:
         name = summary_file(info.instance, info.instances)
         tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        tmp.write_text(json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False))
         os.replace(tmp, out / name)
     return summary
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN/Inf float as None: JSON has no NaN, and a bare `NaN` in
+    summary.json breaks every strict reader (jq, JavaScript, other languages)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def require_dataset(cfg: Any) -> None:

@@ -9,6 +9,7 @@ them, hidden temp files skipped, one clear line when something is missing) exist
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,3 +76,30 @@ def _existing_ancestor(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def check_output_dir(path: Path, what: str = "--out", *, aside: bool = False) -> None:
+    """An output folder can be made here, checked before any work so that a bad --out is
+    one line naming the path, not a traceback after minutes of work or a half-written tree.
+
+    `aside`: the output is built in a sibling temporary folder and renamed into place, so
+    the folder that must take writes is the parent, even when `path` exists. Writability is
+    probed by making (and removing) a directory, because os.access says yes to root under
+    /proc and in mode-0555 folders."""
+    path = Path(path)
+    what = what if what.endswith("=") else f"{what} "  # `--out PATH` or `output_dir=PATH`
+    try:
+        if path.exists() and not path.is_dir():
+            raise SciperfError(f"{what}{path} is a file, not a directory")
+        base = _existing_ancestor(path.absolute().parent if aside else path)
+    except OSError as exc:  # e.g. a folder on the way that may not be searched
+        raise SciperfError(f"{what}{path} cannot be used ({exc.strerror or exc})") from None
+    if not base.is_dir():
+        raise SciperfError(f"{what}{path} cannot be created: {base} is a file, not a "
+                           "directory")
+    try:
+        probe = tempfile.mkdtemp(prefix=".sciperf-write-test.", dir=base)
+    except OSError as exc:
+        raise SciperfError(f"{what}{path} cannot be written (making a folder in {base} "
+                           f"failed: {exc.strerror or exc})") from None
+    os.rmdir(probe)

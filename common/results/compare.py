@@ -6,12 +6,11 @@ report with plots and official scoring is `sciperf report` (results issue).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from sciperf.errors import SciperfError
-from sciperf.train import SUMMARY_FILE
+from sciperf.results.summary import COMPARE, load_summary
 
 ROWS: list[tuple[str, str]] = [
     ("framework", "framework"),
@@ -30,18 +29,6 @@ ROWS: list[tuple[str, str]] = [
 ]
 
 
-def load_summary(path: str | Path) -> dict[str, Any]:
-    """summary.json of a run directory (or the file itself)."""
-    path = Path(path)
-    file = path / SUMMARY_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise SciperfError(f"no {SUMMARY_FILE} in {path} (not a sciperf run directory)")
-    try:
-        return json.loads(file.read_text())
-    except ValueError as exc:
-        raise SciperfError(f"{file} is not valid JSON: {exc}") from exc
-
-
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -56,7 +43,7 @@ def compare_table(paths: list[str]) -> str:
     """A Markdown table: one column per run, one row per figure, plus a ratio column."""
     if len(paths) < 2:
         raise SciperfError("usage: sciperf compare RUN_DIR RUN_DIR [RUN_DIR …]")
-    runs = [load_summary(p) for p in paths]
+    runs = [load_summary(p, COMPARE) for p in paths]
     header = ["", *[f"{r['framework']} ({Path(p).name})" for r, p in zip(runs, paths,
                                                                          strict=True)]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

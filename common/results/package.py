@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
 from sciperf.results.score import required_runs
+from sciperf.results.summary import PACKAGE, read_summary
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -76,15 +78,7 @@ def read_run_dir(path: str | Path) -> RunDir:
     files = sorted(path.glob("summary*.json"))
     if not files:
         raise SciperfError(f"no summary.json in {path} (not a sciperf run directory)")
-    summaries = []
-    for file in files:
-        try:
-            data = json.loads(file.read_text())
-        except (OSError, ValueError) as exc:
-            raise SciperfError(f"{file} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict) or "result_file" not in data or "config" not in data:
-            raise SciperfError(f"{file} is not a sciperf run summary (no result_file/config)")
-        summaries.append(data)
+    summaries = [read_summary(file, PACKAGE) for file in files]
     summaries.sort(key=lambda s: int(s.get("instance") or 0))
     logs = []
     for summary in summaries:
@@ -194,6 +188,7 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     dest = Path(dest)
     if dest.exists():
         raise SciperfError(f"{dest} already exists (remove it or choose --out)")
+    check_output_dir(dest, aside=True)
     runs = [read_run_dir(t) for t in dict.fromkeys(targets)]
     layout = plan(runs)
     desc = system_description(system, runs)

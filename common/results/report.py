@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
-from sciperf.results.logs import RunLog, quality_target
+from sciperf.results.logs import RunLog, find_logs, quality_target, tree_place
 from sciperf.results.mllog import RULESET
 from sciperf.results.score import Group, Run, Score, group_runs, load_runs, score_group, score_line
+from sciperf.results.summary import summary_beside
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf")
@@ -296,9 +298,24 @@ def _html(blocks: list[Block], folder: Path, title: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _with_checked_summaries(targets: Sequence[str | Path], ruleset: str) -> list[Run]:
+    """The scorer's runs, each with its summary read by the checked loader: a corrupt
+    summary.json stops the report (one line naming file and field) instead of being
+    dropped, which would put the run in a "?" group of a wrong table. Checked before the
+    logs are parsed and checked, so a bad summary fails fast."""
+    summaries = {log: summary_beside(log) for log in find_logs(list(targets))
+                 if tree_place(log) is None}
+    runs = load_runs(targets, ruleset)
+    for run in runs:
+        if tree_place(run.path) is None:
+            run.summary = summaries[run.path] if run.path in summaries \
+                else summary_beside(run.path)
+    return runs
+
+
 def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -> list[Block]:
     """Score, measure and plot; PNGs go to `folder`; returns the document blocks."""
-    groups = group_runs(load_runs(targets, ruleset))
+    groups = group_runs(_with_checked_summaries(targets, ruleset))
     scores = [score_group(g) for g in groups]
     facts = [run_facts(r, g) for g in groups for r in g.runs]
     blocks: list[Block] = [
@@ -340,6 +357,7 @@ def report(targets: Sequence[str | Path], out: str | Path, ruleset: str = RULESE
     if out.exists() and (not out.is_dir() or (any(out.iterdir())
                                               and not (out / "report.md").is_file())):
         raise SciperfError(f"{out} exists and is not a sciperf report directory")
+    check_output_dir(out, aside=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

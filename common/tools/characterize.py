@@ -45,8 +45,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
+from sciperf.results.summary import CHARACTERIZE, SUMMARY_FILE, read_summary
 from sciperf.workloads import WORKLOADS, get
 from sciperf.workloads.base import Layer, Workload
 
@@ -160,17 +162,13 @@ def allreduce_bytes(params: int, ranks: int) -> float:
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """summary.json of a measured run directory (or the file)."""
+    """summary.json of a measured run directory (or the file), checked by the shared
+    loader (sciperf.results.summary) for every field characterize reads."""
     path = Path(path)
-    file = path / "summary.json" if path.is_dir() else path
+    file = path / SUMMARY_FILE if path.is_dir() else path
     if not file.is_file():
         raise SciperfError(f"run={path}: no summary.json there (not a sciperf run directory)")
-    try:
-        summary = json.loads(file.read_text())
-    except ValueError as exc:
-        raise SciperfError(f"{file} is not valid JSON: {exc}") from None
-    if not isinstance(summary, dict) or "config" not in summary:
-        raise SciperfError(f"{file} is not a sciperf run summary (no config)")
+    summary = read_summary(file, CHARACTERIZE)
     if not summary.get("samples_per_s"):
         raise SciperfError(f"{file}: the run measured no training throughput (no epoch ran)")
     log = file.parent / str(summary.get("result_file", "result_0.txt"))
@@ -276,15 +274,27 @@ def plot_roofline(result: dict[str, Any], path: Path) -> Any:
     return fig
 
 
+def check_out(out: Path) -> Path:
+    """`--out` can take the outputs: called before counting, so a bad path is one line
+    (naming it) rather than a traceback after the work."""
+    check_output_dir(out)
+    return out
+
+
 def write_outputs(result: dict[str, Any], out: Path) -> Path:
-    """characterize.json + roofline.png in `out`, each written aside and renamed."""
+    """characterize.json + roofline.png in `out`: both written aside first, then renamed,
+    so a failure leaves no half of a new pair beside the other half of an old one."""
+    check_out(out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".characterize.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, out / "characterize.json")
-    tmp = out / ".roofline.png.tmp"
-    plot_roofline(result, tmp)
-    os.replace(tmp, out / "roofline.png")
+    tmp_json, tmp_png = out / ".characterize.json.tmp", out / ".roofline.png.tmp"
+    try:
+        tmp_json.write_text(json.dumps(result, indent=2) + "\n")
+        plot_roofline(result, tmp_png)
+        os.replace(tmp_json, out / "characterize.json")
+        os.replace(tmp_png, out / "roofline.png")
+    finally:
+        tmp_json.unlink(missing_ok=True)
+        tmp_png.unlink(missing_ok=True)
     return out
 
 
