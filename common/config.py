@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sciperf.errors import SciperfError
 from sciperf.workloads import DEFAULT, WORKLOADS, get
@@ -199,7 +201,8 @@ def _one_line(exc: Exception) -> str:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check the values the schema cannot: choices, and workload sections against the spec."""
+    """Check what the schema cannot, so a bad value fails here, in one line naming its key,
+    before `sciperf train`/`prepare` write anything (docs/architecture.md, rule 10)."""
     for key, choices in CHOICES.items():
         value = OmegaConf.select(cfg, key)
         if value not in choices:
@@ -209,6 +212,22 @@ def validate(cfg: DictConfig) -> None:
         raise SciperfError(
             f"data.format={cfg.data.format} is not one of {', '.join(workload.formats)}"
         )
+    _check_sections(cfg, workload)
+    if cfg.data.loader == "dali" and workload.dali is None:
+        raise SciperfError(f"data.loader=dali: {workload.name} has no DALI pipeline (its "
+                           "samples are not fixed-size arrays); use data.loader=native")
+    _check_run_keys(cfg)
+    check_port("launcher.master_port", OmegaConf.select(cfg, "launcher.master_port"))
+    try:  # the workload's own ranges, now rather than after run_start in the backend
+        workload.check_config(cfg)
+    except ValueError as exc:
+        raise SciperfError(str(exc)) from None
+
+
+def _check_sections(cfg: DictConfig, workload: Any) -> None:
+    """`model.*`, `opt.*` and `data.*` keys exist in the workload's dataclasses and their
+    values have the declared types: the sections are plain dicts to OmegaConf, so
+    `model.dropout=abc` would otherwise reach a framework as a string."""
     for section, cls in (("model", workload.model), ("opt", workload.optimizer),
                          ("data", workload.data)):
         known = set(cls.__dataclass_fields__)
@@ -218,13 +237,92 @@ def validate(cfg: DictConfig) -> None:
         if unknown:
             valid = ", ".join(sorted(known))
             raise SciperfError(f"unknown key {section}.{sorted(unknown)[0]}; valid keys: {valid}")
-    if cfg.data.loader == "dali" and workload.dali is None:
-        raise SciperfError(f"data.loader=dali: {workload.name} has no DALI pipeline (its "
-                           "samples are not fixed-size arrays); use data.loader=native")
+        hints = get_type_hints(cls)
+        for key, value in cfg[section].items():
+            if key in hints and not _has_type(value, hints[key]):
+                raise SciperfError(f"{section}.{key}={_plain(value)} must be "
+                                   f"{_type_name(hints[key])}")
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """`value` (OmegaConf node content) fits the dataclass annotation `hint`: ints are not
+    bools, floats are finite numbers (an int is a float), lists check every element."""
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        return any(_has_type(value, arg) for arg in get_args(hint))
+    if origin is list:
+        (item,) = get_args(hint) or (Any,)
+        return isinstance(value, ListConfig | list) and all(_has_type(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return (isinstance(value, int | float) and not isinstance(value, bool)
+                and math.isfinite(value))
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    """How a message names an annotation: `an int`, `a list of float`, `a finite float`."""
+    origin = get_origin(hint)
+    if origin is list:
+        (item,) = get_args(hint) or (Any,)
+        return f"a list of {_type_name(item).split(' ', 1)[-1]}"
+    if origin in (Union, UnionType):
+        return " or ".join(_type_name(arg) for arg in get_args(hint))
+    names = {int: "an int", float: "a finite float", bool: "true or false", str: "a string",
+             type(None): "null"}
+    return names.get(hint, str(hint))
+
+
+def _plain(value: Any) -> Any:
+    """A node's value as the user wrote it (lists without OmegaConf's wrapper)."""
+    if isinstance(value, ListConfig | DictConfig):
+        return OmegaConf.to_container(value)
+    return value
+
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (np.random.seed) accepts 0 ≤ seed < 2**32
+
+
+def _check_run_keys(cfg: DictConfig) -> None:
+    """Run-level numbers of the schema whose type is right but whose value is not.
+
+    The seed reaches numpy (legacy and Generator), torch and TensorFlow: numpy refuses
+    negatives and np.random.seed anything ≥ 2**32, torch.manual_seed anything ≥ 2**64, so
+    [0, 2**32 − 1] is the range every framework takes as is (no silent `% 2**32`).
+    """
+    seed = cfg.seed
+    if not 0 <= seed <= SEED_MAX:
+        raise SciperfError(f"seed={seed} must be in 0..{SEED_MAX} (0 ≤ seed < 2**32, the "
+                           "range numpy, torch and TensorFlow all accept)")
+    for key in ("data.train_samples", "data.eval_samples"):
+        value = OmegaConf.select(cfg, key)
+        if value < 0:
+            raise SciperfError(f"{key}={value} must be >= 0 (0: every sample of the split)")
     if cfg.instances < 1:
         raise SciperfError(f"instances={cfg.instances} must be at least 1")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
+
+
+def check_port(key: str, value: Any) -> int | None:
+    """A TCP port from the config (1..65535), or None when unset (null: pick a free one).
+
+    Checked at composition so `sciperf launch` and every verb refuse it before anything
+    is rendered or written; the launchers call it again for configs built in code.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise SciperfError(f"{key}={_plain(value)} must be a TCP port in 1..65535 "
+                           "(null: a free port)")
+    return value
 
 
 def to_container(cfg: DictConfig) -> dict:

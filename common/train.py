@@ -13,9 +13,10 @@ import math
 import os
 import platform
 import signal
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ class RunState:
     success: bool = False
     staging: StageReport | None = None
     image: dict[str, Any] | None = None  # the container image's version record, if any
+    backend: Any = None  # set once loaded (the closing records of an abort use it)
+    run_start: float | None = None  # wall time of run_start, once logged
 
 
 @dataclass(frozen=True)
@@ -158,46 +161,130 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     git_hash()  # resolved now (cached), not on the abort path where time is short
     mll.init_start()
     mll.submission(workload.name, cfg.system, nodes=info.nodes)
-    state, backend, run_start = RunState(world=world, image=image), None, None
-    try:
-        backend = load_backend(cfg.framework.name, cfg.workload)
-        plan = resolve_files(cfg, info, workload)
-        mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
-                                                       plan.eval_samples))
-        mll.event("seed", int(cfg.seed))
-        staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
-        if staged_in_run:  # hpc <= 2.0: staging is part of the timed run
-            mll.end("init_stop")
-            run_start = time.time()
-            mll.start("run_start")
-        (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
-                                                         mll, workload)
-        backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
-        if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
-            mll.end("init_stop")
-        backend.barrier()
-        if not staged_in_run:
-            run_start = time.time()
-            mll.start("run_start")
-        _loop(cfg, workload, backend, mll, state, rank)
-        backend.barrier()
-        if cfg.train.save_weights:
-            save_npz(out / weights_file(info), backend.export_weights())
-    except BaseException as exc:
+    state = RunState(world=world, image=image)
+
+    def closing_records() -> None:  # the aborted run's last records (either thread)
         with _shielded():
-            if run_start is not None:
+            if state.run_start is not None:
                 mll.run_stop(False, state.epochs)
-            _write_summary(out, cfg, workload, backend, state, "error", t0, run_start, info)
+            _write_summary(out, cfg, workload, state.backend, state, "error", t0,
+                           state.run_start, info)
             mll.close()
+
+    closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
+    try:
+        with _signal_watcher(closer):
+            _run(cfg, info, workload, mll, state, out)
+    except BaseException as exc:
+        closer()
         # what this rank left behind, for the CLI's last line (a peer's death must not
         # claim a record that only rank 0 writes)
-        exc.sciperf_records = _records_line(out, info, run_start)  # type: ignore[attr-defined]
+        exc.sciperf_records = closer.line()  # type: ignore[attr-defined]
         raise
     mll.run_stop(state.success, state.epochs)
     mll.close()
-    backend.close()
+    state.backend.close()
     status = "success" if state.success else "aborted"
-    return _write_summary(out, cfg, workload, backend, state, status, t0, run_start, info)
+    return _write_summary(out, cfg, workload, state.backend, state, status, t0,
+                          state.run_start, info)
+
+
+def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: RunState,
+         out: Path) -> None:
+    """Header, staging, setup, run_start, the epochs (state.backend/run_start set as they
+    come, so the closing records of an abort say how far the run got)."""
+    state.backend = backend = load_backend(cfg.framework.name, cfg.workload)
+    plan = resolve_files(cfg, info, workload)
+    mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
+                                                   plan.eval_samples))
+    mll.event("seed", int(cfg.seed))
+    staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
+    if staged_in_run:  # hpc <= 2.0: staging is part of the timed run
+        mll.end("init_stop")
+        state.run_start = time.time()
+        mll.start("run_start")
+    (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
+                                                     mll, workload)
+    backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
+    if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
+        mll.end("init_stop")
+    backend.barrier()
+    if not staged_in_run:
+        state.run_start = time.time()
+        mll.start("run_start")
+    _loop(cfg, workload, backend, mll, state, info.rank)
+    backend.barrier()
+    if cfg.train.save_weights:
+        save_npz(out / weights_file(info), backend.export_weights())
+
+
+class _Closer:
+    """An aborted run's closing records, written once by whichever thread comes first: the
+    main thread's exception path, or the signal watcher while the main thread is stuck."""
+
+    def __init__(self, write: Callable[[], None], line: Callable[[], str]):
+        self._write, self.line = write, line
+        self._lock = threading.Lock()
+        self.done = False
+
+    def __call__(self) -> bool:
+        """Write them unless written; True when this call wrote them."""
+        with self._lock:
+            if self.done:
+                return False
+            self.done = True
+            self._write()
+            return True
+
+
+WATCHED = (signal.SIGTERM, signal.SIGHUP)
+GRACE_S = 3.0  # after the watcher wrote the records: time for the main thread to exit itself
+_STOP = b"\0"
+
+
+@contextlib.contextmanager
+def _signal_watcher(closer: _Closer) -> Iterator[None]:
+    """SIGTERM/SIGHUP while the main thread waits inside a collective: Horovod's wait is
+    C++, where Python's handler cannot run, and mpirun follows its SIGTERM with SIGKILL one
+    second later — the run ended with no run_stop. Python's C-level handler still writes
+    the signal number to the wakeup fd at once; this thread reads it, writes the closing
+    records, and ends the process if the main thread has not within GRACE_S."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=_watch, args=(read_fd, closer), daemon=True,
+                               name="sciperf-signal-watcher")
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        with contextlib.suppress(OSError):
+            os.write(write_fd, _STOP)
+        watcher.join(timeout=GRACE_S + 1)
+        os.close(write_fd)
+        if not watcher.is_alive():
+            os.close(read_fd)
+
+
+def _watch(read_fd: int, closer: _Closer) -> None:
+    """The watcher thread's loop (see :func:`_signal_watcher`)."""
+    while True:
+        got = os.read(read_fd, 64)
+        if not got or _STOP in got:
+            return
+        sig = next((s for s in WATCHED if s.value in got), None)
+        if sig is None:  # SIGINT and others: the main thread's handlers deal with them
+            continue
+        if not closer():
+            return  # the main thread is already closing
+        time.sleep(GRACE_S)
+        print(f"sciperf: {sig.name} while blocked in a collective ({closer.line()})",
+              file=sys.stderr, flush=True)
+        os._exit(128 + sig.value)
 
 
 def _records_line(out: Path, info: RankInfo, run_start: float | None) -> str:

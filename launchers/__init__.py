@@ -21,7 +21,7 @@ from sciperf.results.throughput import throughput
 
 from .compose import Plan, Program, command, default_program, plan
 from .container import CONTAINERS, make_container
-from .launcher import LAUNCHERS, MPI_FLAVOURS, Allocation, make_launcher
+from .launcher import LAUNCHERS, MPI_FLAVOURS, Allocation, LocalLauncher, make_launcher
 from .local import free_port, port_is_free, run_local
 
 __all__ = ["CONTAINERS", "LAUNCHERS", "MPI_FLAVOURS", "Allocation", "Plan", "Program",
@@ -89,8 +89,9 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         print(job.text, end="", file=sys.stdout if dry else sys.stderr, flush=True)
         if dry:
             return 0
-        port = int(job.launcher.options.get("master_port") or 0)
-        if not port or not port_is_free(port):
+        assert isinstance(job.launcher, LocalLauncher)  # kind "local" is its launcher's
+        port = job.launcher.master_port()
+        if port is None or not port_is_free(port):
             port = free_port()
         run_id = f"sciperf-local-{os.getpid()}"
         code = run_local(job.rank_commands(port, run_id, job_env()))

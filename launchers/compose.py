@@ -182,7 +182,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     header = {"launcher": launcher.name, "container": container.name,
               "system": system.get("name", "?")}
     if isinstance(launcher, LocalLauncher):
-        port = int(launcher.options.get("master_port") or DEFAULT_PORT)
+        port = launcher.master_port() or DEFAULT_PORT
         lines = [shell.render([[f"{k}={v}" for k, v in env.items()], *groups[1:]])
                  for env in launcher.rank_env(alloc, port, "sciperf-local")]
         text = LOCAL.substitute(header, n=alloc.tasks, lines="\n".join(lines))

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sciperf.config import check_port
 from sciperf.errors import SciperfError
 
 from .shell import Expand
@@ -113,6 +114,11 @@ class LocalLauncher(Launcher):
 
     def words(self, alloc: Allocation, slurm: bool) -> list[str]:
         return []
+
+    def master_port(self) -> int | None:
+        """`launcher.master_port` (1..65535), or None for a free port; checked here too for
+        configs built in code, which skip the composition's check."""
+        return check_port("launcher.master_port", self.options.get("master_port"))
 
     def rank_env(self, alloc: Allocation, port: int, run_id: str) -> list[dict[str, str]]:
         """The torchrun-style variables of each rank (what `discover` reads)."""

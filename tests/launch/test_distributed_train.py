@@ -82,38 +82,68 @@ def test_mpirun_horovod_two_ranks_keep_identical_weights(data, tmp_path, framewo
     _assert_two_rank_run(out, proc)
 
 
-def _rank_pids(parent: int) -> dict[int, int]:
-    """LOCAL_RANK → pid of the worker processes under a torchrun agent."""
-    found = {}
+def _rank_pids(variable: bytes, below: int) -> dict[int, int]:
+    """Rank → pid of the processes under `below` (at any depth) whose environment sets
+    `variable` (torchrun: LOCAL_RANK; mpirun: OMPI_COMM_WORLD_RANK)."""
+    parents, found = {}, {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            stat = (proc / "stat").read_text().split()
+            parents[int(proc.name)] = int((proc / "stat").read_text().split()[3])
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if int(stat[3]) != parent:
-            continue
         for item in env:
-            if item.startswith(b"LOCAL_RANK="):
+            if item.startswith(variable + b"="):
                 found[int(item.split(b"=")[1])] = int(proc.name)
-    return found
+
+    def under(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == below:
+                return True
+        return False
+    return {rank: pid for rank, pid in found.items() if under(pid)}
 
 
-def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path):
+KILLED = {  # launcher → (command before the program, rank variable)
+    "torchrun-ddp": ([str(BIN / "torchrun"), "--nproc_per_node=2", "--master_port=29612", "-m",
+                      "sciperf.cli"], [], b"LOCAL_RANK"),
+    "mpirun-horovod-pytorch": (["mpirun", "-np", "2", "--bind-to", "none", str(BIN / "sciperf")],
+                               ["distributed.backend=horovod"], b"OMPI_COMM_WORLD_RANK"),
+    "mpirun-horovod-tensorflow": (["mpirun", "-np", "2", "--bind-to", "none",
+                                   str(BIN / "sciperf")],
+                                  ["distributed.backend=horovod", "framework=tensorflow"],
+                                  b"OMPI_COMM_WORLD_RANK"),
+}
+
+
+@pytest.mark.parametrize("case", KILLED)
+def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path, case):
+    """kill -9 of rank 1 mid-epoch: the whole job ends within 60 s and rank 0 leaves
+    run_stop aborted and summary.json. Under mpirun rank 0 is blocked in a Horovod wait
+    (C++) when mpirun's SIGTERM comes, SIGKILL one second later: the signal watcher
+    writes the records (sciperf.train._signal_watcher)."""
+    launcher, extra, variable = KILLED[case]
+    if case.startswith("mpirun"):
+        reason = _horovod_ready()
+        if reason:
+            pytest.skip(reason)
+        if "tensorflow" in case:
+            pytest.importorskip("sciperf_tensorflow")
     out = tmp_path / "die"
-    cmd = [str(BIN / "torchrun"), "--nproc_per_node=2", "--master_port=29612", "-m",
-           "sciperf.cli", "train", "experiment=mini", "train.max_epochs=50",
-           "framework.threads=1", f"data.dir={data}", f"output_dir={out}"]
-    agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd = [*launcher, "train", "experiment=mini", "train.max_epochs=50", "framework.threads=1",
+           *extra, f"data.dir={data}", f"output_dir={out}"]
+    agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **MPI_ENV})
     log = out / "result_0.txt"
     deadline = time.time() + 300  # generous: a loaded CI machine starts slowly
     while time.time() < deadline and '"epoch_start"' not in (log.read_text()
                                                               if log.exists() else ""):
         time.sleep(0.5)
     time.sleep(1.0)  # mid-epoch
-    pids = _rank_pids(agent.pid)
+    pids = _rank_pids(variable, agent.pid)
     assert set(pids) == {0, 1}, f"workers not found: {pids}"
     os.kill(pids[1], signal.SIGKILL)
     killed = time.time()
@@ -126,5 +156,5 @@ def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path):
     assert time.time() - killed < 60
     stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
              if '"key": "run_stop"' in ln]
-    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted", agent.stderr.read()
     assert json.loads((out / "summary.json").read_text())["status"] == "error"

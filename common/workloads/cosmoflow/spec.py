@@ -34,6 +34,11 @@ RCP_EPOCHS = {32: 7.9, 64: 18.3, 512: 22.8, 1024: 40.0}
 
 FULL_PARAMETER_COUNT = 8_907_556
 
+# The reference trains Keras momentum SGD (closed_cosmoflow.yaml: opt_name sgd), and so do
+# both backends (KerasSGD): the one value `opt.name` accepts and the one MLLOG reports.
+OPTIMIZER = "sgd"
+SCALINGS = ("linear", "sqrt", "none")  # peak LR from the global batch size (schedules.py)
+
 
 @dataclass
 class ModelSpec:
@@ -99,7 +104,7 @@ class OptimizerSpec:
     `weight_decay` is the Keras L2 factor λ on kernels: loss += λ·Σw², gradient 2λw.
     """
 
-    name: str = "sgd"
+    name: str = OPTIMIZER  # the only value: both backends train KerasSGD
     momentum: float = 0.9
     base_lr: float = 0.001
     base_batch_size: int = 64
@@ -150,9 +155,68 @@ def lr_for_step(cfg: Any, step: int, steps_per_epoch: int) -> float:
 
 
 def check_config(cfg: Any) -> None:
-    """Values the schema cannot restrict, each a ValueError naming its key."""
-    ModelSpec(**dict(cfg.model)).flat_size()
-    peak_lr(cfg)
+    """Values the schema cannot restrict, each a ValueError naming its key and the range,
+    raised when the config is composed (before anything is written)."""
+    check_model(ModelSpec(**dict(cfg.model)))
+    check_optimizer(cfg.opt)
+
+
+def check_model(m: ModelSpec) -> None:
+    """Sizes a 3-D CNN can be built from; the labels fix the output at 4 targets."""
+    positive = {"input_size": m.input_size, "in_channels": m.in_channels,
+                "kernel_size": m.kernel_size}
+    for key, value in positive.items():
+        if value < 1:
+            raise ValueError(f"model.{key}={value} must be >= 1")
+    _positive_list("model.conv_filters", m.conv_filters, allow_empty=False)
+    _positive_list("model.dense_sizes", m.dense_sizes, allow_empty=True)
+    if m.output_size != TARGET_SIZE:
+        raise ValueError(f"model.output_size={m.output_size} must be {TARGET_SIZE} "
+                         f"(the labels hold {TARGET_SIZE} regression targets)")
+    if not 0 <= m.dropout < 1:
+        raise ValueError(f"model.dropout={m.dropout} must be in [0, 1)")
+    if m.output_scale <= 0:
+        raise ValueError(f"model.output_scale={m.output_scale} must be > 0")
+    m.flat_size()  # input_size divisible by 2**len(conv_filters)
+
+
+def _positive_list(key: str, values: Any, allow_empty: bool) -> None:
+    """Layer widths: every entry >= 1 (and at least one where the model needs a layer)."""
+    if not allow_empty and len(values) == 0:
+        raise ValueError(f"{key}=[] needs at least one width (each >= 1)")
+    if any(int(v) < 1 for v in values):
+        raise ValueError(f"{key}={list(values)}: every width must be >= 1")
+
+
+def check_optimizer(o: Any) -> None:
+    """Keras SGD's ranges and the schedule's (a zero base LR would also divide by zero in
+    the logged warmup factor)."""
+    if o.name != OPTIMIZER:
+        raise ValueError(f"opt.name={o.name}: the only value is {OPTIMIZER} (CosmoFlow trains "
+                         "the reference's Keras momentum SGD in both frameworks)")
+    if o.scaling not in SCALINGS:
+        raise ValueError(f"opt.scaling={o.scaling} is not one of {', '.join(SCALINGS)}")
+    if not 0 <= o.momentum < 1:
+        raise ValueError(f"opt.momentum={o.momentum} must be in [0, 1)")
+    if o.base_lr <= 0:
+        raise ValueError(f"opt.base_lr={o.base_lr} must be > 0")
+    if o.base_batch_size < 1:
+        raise ValueError(f"opt.base_batch_size={o.base_batch_size} must be >= 1")
+    for key, value in {"warmup_epochs": o.warmup_epochs, "weight_decay": o.weight_decay}.items():
+        if value < 0:
+            raise ValueError(f"opt.{key}={value} must be >= 0")
+    _check_decay(list(o.decay_boundaries), list(o.decay_factors))
+
+
+def _check_decay(boundaries: list[int], factors: list[float]) -> None:
+    """Step decay: one absolute factor in (0, 1] per boundary epoch >= 0."""
+    if len(boundaries) != len(factors):
+        raise ValueError(f"opt.decay_boundaries={boundaries} and opt.decay_factors={factors} "
+                         "must have the same length")
+    if any(b < 0 for b in boundaries):
+        raise ValueError(f"opt.decay_boundaries={boundaries}: every epoch must be >= 0")
+    if any(not 0 < f <= 1 for f in factors):
+        raise ValueError(f"opt.decay_factors={factors}: every factor must be in (0, 1]")
 
 
 def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:
@@ -166,7 +230,7 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
         "global_batch_size": int(cfg.train.global_batch_size),
         "train_samples": int(train_samples),
         "eval_samples": int(eval_samples),
-        "opt_name": cfg.opt.name,
+        "opt_name": OPTIMIZER,  # what both backends train (check_optimizer refuses others)
         "opt_base_learning_rate": peak,
         "opt_learning_rate_warmup_epochs": int(cfg.opt.warmup_epochs),
         "opt_learning_rate_warmup_factor": peak / cfg.opt.base_lr,

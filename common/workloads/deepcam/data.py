@@ -219,17 +219,18 @@ def read_raw(path: Path, fmt: str,
     `shape` (H, W, C) is what the model expects; a mismatch is reported, not reshaped.
     """
     _check_format(fmt)
+    labels = path if fmt == "hdf5" else label_path(path)  # the file the labels come from
     if fmt == "hdf5":
         x, y = _read_hdf5(path)
     else:
-        x, y = _load_npy(path, "data"), _load_npy(label_path(path), "label")
+        x, y = _load_npy(path, "data"), _load_npy(labels, "label")
     if x.ndim != 3 or y.shape != x.shape[:2]:
         raise SciperfError(f"{path}: data {x.shape} and labels {y.shape} do not fit "
                            "(expected (H, W, C) data and (H, W) labels)")
     if shape is not None and x.shape != tuple(shape):
         raise SciperfError(f"{path}: sample shape {x.shape} does not match the model's "
                            f"input {tuple(shape)} (model.height/width/in_channels)")
-    return np.asarray(x, np.float32), _labels(path, y)
+    return np.asarray(x, np.float32), _labels(labels, y)
 
 
 def _read_hdf5(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -250,11 +251,25 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
 
 
 def _labels(path: Path, y: np.ndarray) -> np.ndarray:
-    """Labels as uint8; values outside {0, 1, 2} are a corrupt or foreign file."""
-    if y.dtype.kind not in "iuf" or (y.size and (y.min() < 0 or y.max() >= spec.NUM_CLASSES)):
-        raise SciperfError(f"{path}: labels must be classes 0..{spec.NUM_CLASSES - 1} "
-                           f"(found dtype {y.dtype})")
+    """Labels as uint8; values outside {0, 1, 2} are a corrupt or foreign file. `path` is
+    the file holding the labels (npy: the .label.npy), so the message points at it."""
+    classes = f"classes 0..{spec.NUM_CLASSES - 1}"
+    if y.dtype.kind not in "iuf":
+        raise SciperfError(f"{path}: labels must be {classes}, found dtype {y.dtype}")
+    bad = _first_bad_label(y)
+    if bad is not None:
+        raise SciperfError(f"{path}: label value {bad} is out of range; labels must be "
+                           f"{classes} (dtype {y.dtype})")
     return y.astype(np.uint8)
+
+
+def _first_bad_label(y: np.ndarray) -> int | float | None:
+    """The first value outside [0, NUM_CLASSES) (NaN included), or None; the min/max pass
+    decides for a good file, the search for the culprit runs only for a bad one."""
+    if y.size == 0 or (y.min() >= 0 and y.max() < spec.NUM_CLASSES):
+        return None
+    bad = ~((y >= 0) & (y < spec.NUM_CLASSES))
+    return y[bad].flat[0].item()
 
 
 @dataclass(frozen=True)

@@ -158,15 +158,25 @@ class ModelSpec:
     batchnorm_group_size: int = 1  # SyncBN group (1: per-rank BN, the reference default)
 
     def check(self) -> None:
-        """Shapes the architecture needs; a clear error names the key."""
+        """Shapes and sizes the architecture needs; a clear error names the key and range."""
         for key in ("height", "width"):
             if getattr(self, key) % OUTPUT_STRIDE or getattr(self, key) <= 0:
                 raise ValueError(f"model.{key}={getattr(self, key)} must be a positive "
                                  f"multiple of the output stride {OUTPUT_STRIDE}")
-        if len(self.entry_channels) != 2 or len(self.block_channels) != 3:
-            raise ValueError("model.entry_channels needs 2 widths, model.block_channels 3")
-        if len(self.exit_channels) != 4 or len(self.aspp_rates) != 3:
-            raise ValueError("model.exit_channels needs 4 widths, model.aspp_rates 3")
+        if self.num_classes != NUM_CLASSES:
+            raise ValueError(f"model.num_classes={self.num_classes} must be {NUM_CLASSES} (the "
+                             "labels' classes and the loss weights are fixed)")
+        lengths = {"entry_channels": 2, "block_channels": 3, "exit_channels": 4,
+                   "aspp_rates": 3}
+        for key, n in lengths.items():
+            values = list(getattr(self, key))
+            if len(values) != n or any(v < 1 for v in values):
+                raise ValueError(f"model.{key}={values} needs {n} values, each >= 1")
+        counts = {"in_channels": 1, "middle_blocks": 0, "middle_reps": 1, "aspp_channels": 1,
+                  "low_level_channels": 1, "decoder_channels": 1, "batchnorm_group_size": 1}
+        for key, low in counts.items():
+            if getattr(self, key) < low:
+                raise ValueError(f"model.{key}={getattr(self, key)} must be >= {low}")
 
     @property
     def feature_size(self) -> tuple[int, int]:
@@ -364,18 +374,42 @@ def lr_at_step(cfg: Any, step: int, steps_per_epoch: int = 0) -> float:
 
 
 def check_optimizer(o: Any) -> None:
-    """Choices the config schema cannot restrict; one clear line naming the key."""
+    """Choices and ranges the config schema cannot restrict; one clear line naming the key.
+
+    The ranges are the reference's: Adam-family betas in [0, 1), a warmup multiplier >= 1
+    (its GradualWarmupScheduler refuses less), decay rates that decay.
+    """
     if o.name not in OPTIMIZERS:
         raise ValueError(f"opt.name={o.name} is not one of {', '.join(OPTIMIZERS)}")
     if o.scheduler not in SCHEDULERS:
         raise ValueError(f"opt.scheduler={o.scheduler} is not one of {', '.join(SCHEDULERS)}")
     if int(o.gradient_accumulation_frequency) < 1:
-        raise ValueError("opt.gradient_accumulation_frequency must be at least 1")
+        raise ValueError(f"opt.gradient_accumulation_frequency="
+                         f"{o.gradient_accumulation_frequency} must be at least 1")
+    if o.lr <= 0:
+        raise ValueError(f"opt.lr={o.lr} must be > 0")
+    betas = [float(b) for b in o.betas]
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise ValueError(f"opt.betas={betas} needs 2 values, each in [0, 1)")
+    _check_schedule(o)
+
+
+def _check_schedule(o: Any) -> None:
+    """The LR schedule's knobs (lr_for_step divides by t_max and lr_warmup_steps)."""
+    at_least = {"weight_decay": 0, "lr_warmup_steps": 0, "lr_warmup_factor": 1, "t_max": 1,
+                "eta_min": 0}
+    for key, low in at_least.items():
+        if getattr(o, key) < low:
+            raise ValueError(f"opt.{key}={getattr(o, key)} must be >= {low}")
+    if not 0 < o.decay_rate <= 1:
+        raise ValueError(f"opt.decay_rate={o.decay_rate} must be in (0, 1]")
+    if any(int(m) < 0 for m in o.milestones):
+        raise ValueError(f"opt.milestones={list(o.milestones)}: every step must be >= 0")
 
 
 def check_config(cfg: Any) -> None:
     """Model shapes and optimizer choices the schema cannot restrict (ValueError naming
-    the key)."""
+    the key), checked when the config is composed, before anything is written."""
     ModelSpec(**dict(cfg.model)).check()
     check_optimizer(cfg.opt)
 

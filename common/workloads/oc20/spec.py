@@ -178,6 +178,13 @@ def check_optimizer(o: Any) -> None:
                          f"steps and must be >= {MIN_MILESTONE} (the reference refuses {low[0]})")
     if int(o.warmup_steps) < 0 or float(o.lr) < 0:
         raise ValueError("opt.lr and opt.warmup_steps must be >= 0")
+    if not 0 <= float(o.warmup_factor) <= 1:
+        raise ValueError(f"opt.warmup_factor={o.warmup_factor} must be in [0, 1] (the warmup "
+                         "rises from factor·lr to lr)")
+    if not 0 < float(o.decay_factor) <= 1:
+        raise ValueError(f"opt.decay_factor={o.decay_factor} must be in (0, 1]")
+    if float(o.weight_decay) < 0:
+        raise ValueError(f"opt.weight_decay={o.weight_decay} must be >= 0")
 
 
 def lr_for_step(o: Any, step: int) -> float:
@@ -256,8 +263,11 @@ def check_config(cfg: Any) -> None:
     for key, value in positive.items():
         if int(value) < 1:
             raise ValueError(f"model.{key}={value} must be >= 1")
-    if float(m.cutoff) <= 0 or m.num_before_skip < 0 or m.num_after_skip < 0:
-        raise ValueError("model.cutoff must be > 0 and model.num_{before,after}_skip >= 0")
+    if float(m.cutoff) <= 0:
+        raise ValueError(f"model.cutoff={m.cutoff} must be > 0 (Å)")
+    for key in ("num_before_skip", "num_after_skip"):
+        if int(getattr(m, key)) < 0:
+            raise ValueError(f"model.{key}={getattr(m, key)} must be >= 0")
     check_optimizer(cfg.opt)
     d = cfg.data
     if float(d.force_std) <= 0 or float(d.energy_std) <= 0:

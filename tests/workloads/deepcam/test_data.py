@@ -159,12 +159,28 @@ def test_mismatched_shapes_and_labels_are_rejected(tmp_path: Path) -> None:
         dc.read_raw(path, "hdf5", (96, 144, 16))
     with h5py.File(path, "r+") as fh:
         fh["climate/labels_0"][0, 0] = 7
-    with pytest.raises(SciperfError, match=f"{path}: labels must be classes 0..2"):
+    with pytest.raises(SciperfError, match=f"{path}: label value 7 is out of range; "
+                                           "labels must be classes 0..2"):
         dc.read_raw(path, "hdf5")
     other = dc.write_sample(tmp_path, "t", "hdf5", np.zeros((32, 48, 16), np.float32),
                             np.zeros((16, 48), np.uint8))
     with pytest.raises(SciperfError, match="do not fit"):
         dc.read_raw(other, "hdf5")
+
+
+@pytest.mark.parametrize(("dtype", "bad"), [(np.int16, -1), (np.float32, np.nan)])
+def test_bad_npy_label_names_the_label_file_and_value(tmp_path: Path, dtype: type,
+                                                      bad: float) -> None:
+    """The npy format's labels live in the .label.npy: that file and the value are named
+    (a NaN too, which min/max comparisons alone would let through)."""
+    path = dc.write_sample(tmp_path, "s", "npy", np.zeros((32, 48, 16), np.float32),
+                           np.zeros((32, 48), np.uint8))
+    labels = np.zeros((32, 48), dtype)
+    labels[4, 9] = bad
+    np.save(dc.label_path(path), labels)
+    with pytest.raises(SciperfError, match=f"{dc.label_path(path)}: label value {bad} ") as err:
+        dc.read_raw(path, "npy")
+    assert str(path) not in str(err.value)
 
 
 def test_missing_or_broken_stats(npy_root: Path) -> None:
