@@ -81,6 +81,16 @@ class Backend(ABC):
         """Canonical ``{"<layer>/kernel|bias": ndarray}`` of the model (see sciperf.weights)."""
         raise SciperfError(f"framework {self.name} cannot export canonical weights")
 
+    def save_state(self, folder: Path) -> None:
+        """Write what resuming needs (model, optimizer, step counters, RNG) into `folder`,
+        framework-native (sciperf.checkpoint documents the files)."""
+        raise SciperfError(f"framework {self.name} cannot write checkpoints")
+
+    def load_state(self, folder: Path) -> None:
+        """Restore what :meth:`save_state` wrote; one line naming the file if it does not fit
+        this model."""
+        raise SciperfError(f"framework {self.name} cannot resume from checkpoints")
+
     def barrier(self) -> None:
         """Wait for every rank; single-process backends need nothing."""
         return None

@@ -61,6 +61,9 @@ class TrainConfig:
     init_weights: str = ""  # canonical .npz to start from (same file works in every framework)
     save_weights: bool = False  # write OUT/weights_rank<r>.npz (canonical) at the end
     overwrite: bool = False  # replace an earlier run in output_dir (else: refused)
+    checkpoint_every: int = 0  # epochs between checkpoints in OUT/checkpoints (0: none)
+    checkpoint_keep: int = 2  # newest checkpoints kept
+    resume: str = ""  # auto: continue from OUT/checkpoints' newest valid one ("": start anew)
 
 
 @dataclass
@@ -309,6 +312,13 @@ def _check_run_keys(cfg: DictConfig) -> None:
         raise SciperfError(f"instances={cfg.instances} must be at least 1")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
+    if cfg.train.checkpoint_every < 0 or cfg.train.checkpoint_keep < 1:
+        raise SciperfError(f"train.checkpoint_every={cfg.train.checkpoint_every} must be >= 0 "
+                           f"(0: none) and train.checkpoint_keep={cfg.train.checkpoint_keep} "
+                           ">= 1")
+    if cfg.train.resume not in ("", "auto"):
+        raise SciperfError(f"train.resume={cfg.train.resume} is not one of auto, '' (start "
+                           "anew)")
 
 
 def check_port(key: str, value: Any) -> int | None:

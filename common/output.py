@@ -5,14 +5,16 @@ directory, so a run must not write beside the records of another: a stale
 ``result_1.txt`` of an earlier 2-instance run would be scored as a throughput job that
 never ran, and a run that fails at once would replace an earlier good ``summary.json``.
 An ``output_dir`` holding run records is refused unless ``train.overwrite=true``, which
-deletes those records first. Other files there (a rendered job script, ``slurm-*.out``)
-are the job's, not a run's, and stay.
+deletes those records first, or the run resumes from a checkpoint there
+(``train.resume=auto``), which continues them. Other files there (a rendered job script,
+``slurm-*.out``) are the job's, not a run's, and stay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 from pathlib import Path
 
 from sciperf.data.layout import check_output_dir
@@ -20,7 +22,7 @@ from sciperf.errors import SciperfError
 
 # what a run writes (the records check/score/package read, and the weights it saves)
 RUN_RECORDS = ("result_*.txt", "summary.json", "summary_*.json", "weights_*.npz",
-               ".summary*.json.tmp")
+               ".summary*.json.tmp", "checkpoints")
 
 
 def run_records(out: Path) -> list[Path]:
@@ -57,13 +59,13 @@ def owner(path: Path, instances: int) -> int:
 
 
 def claim(out: Path, overwrite: bool, writer: bool, instance: int = 0,
-          instances: int = 1) -> Path:
+          instances: int = 1, resuming: bool = False) -> Path:
     """Make `out` ready for a new run. Every rank checks the path; the writing rank of each
     instance (its rank 0) refuses the earlier run records it answers for (:func:`owner`),
     or deletes them when `overwrite`. Other ranks do not look: a writer may already have
     started, and instances of a throughput run write side by side."""
     usable(out)
-    if not writer:
+    if not writer or resuming:  # resuming continues the records that are there
         return out
     found = [p for p in run_records(out) if owner(p, instances) == instance]
     if found and not overwrite:
@@ -71,6 +73,9 @@ def claim(out: Path, overwrite: bool, writer: bool, instance: int = 0,
         raise SciperfError(f"output_dir={out} already holds a run ({names}): use a new "
                            "directory, or train.overwrite=true to replace it")
     for path in found:
+        if path.is_dir():  # checkpoints/: a later resume must not continue the old run
+            shutil.rmtree(path, ignore_errors=True)
+            continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     return out

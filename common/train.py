@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__, output
+from sciperf import __version__, checkpoint, output
 from sciperf.backends import EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
@@ -70,6 +70,8 @@ class RunState:
     image: dict[str, Any] | None = None  # the container image's version record, if any
     backend: Any = None  # set once loaded (the closing records of an abort use it)
     run_start: float | None = None  # wall time of run_start, once logged
+    resume_from: checkpoint.Found | None = None  # the checkpoint this run continues
+    resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume so far
 
 
 @dataclass(frozen=True)
@@ -153,15 +155,22 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         workload.check_run(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
-    out = output.claim(Path(cfg.output_dir), bool(cfg.train.overwrite), rank == 0,
-                       info.instance, info.instances)
-    mll = MLLogger(out / result_file(info.instance), enabled=rank == 0,
+    out = Path(cfg.output_dir)
+    found = _resume_point(cfg, out, info)
+    output.claim(out, bool(cfg.train.overwrite), rank == 0, info.instance, info.instances,
+                 resuming=found is not None)
+    log_path = out / result_file(info.instance)
+    if found is not None and rank == 0:  # the resumed run continues the log it left
+        _continue_log(found, log_path)
+    mll = MLLogger(log_path, enabled=rank == 0, mode="w" if found is None else "a",
                    instance=info.instance if info.instances > 1 else None)
     t0 = time.time()
     git_hash()  # resolved now (cached), not on the abort path where time is short
-    mll.init_start()
-    mll.submission(workload.name, cfg.system, nodes=info.nodes)
+    if found is None:
+        mll.init_start()
+        mll.submission(workload.name, cfg.system, nodes=info.nodes)
     state = RunState(world=world, image=image)
+    state.resume_from = found
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
         with _shielded():
@@ -195,27 +204,102 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
     come, so the closing records of an abort say how far the run got)."""
     state.backend = backend = load_backend(cfg.framework.name, cfg.workload)
     plan = resolve_files(cfg, info, workload)
-    mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
-                                                   plan.eval_samples))
-    mll.event("seed", int(cfg.seed))
+    found = state.resume_from
+    if found is None:
+        mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,
+                                                       plan.eval_samples))
+        mll.event("seed", int(cfg.seed))
     staged_in_run = bool(cfg.data.stage_dir) and cfg.mllog.ruleset == "2.0.0"
-    if staged_in_run:  # hpc <= 2.0: staging is part of the timed run
+    if staged_in_run and found is None:  # hpc <= 2.0: staging is part of the timed run
         mll.end("init_stop")
         state.run_start = time.time()
         mll.start("run_start")
     (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
                                                      mll, workload)
     backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
-    if not staged_in_run:  # hpc 3.0: staging and setup precede run_start
+    if found is not None:
+        _resume(found, backend, state, info)
+    elif not staged_in_run:  # hpc 3.0: staging and setup precede run_start
         mll.end("init_stop")
     backend.barrier()
-    if not staged_in_run:
+    if not staged_in_run and found is None:
         state.run_start = time.time()
         mll.start("run_start")
-    _loop(cfg, workload, backend, mll, state, info.rank)
+    _loop(cfg, workload, backend, mll, state, info)
     backend.barrier()
     if cfg.train.save_weights:
         save_npz(out / weights_file(info), backend.export_weights())
+
+
+def _resume_point(cfg: Any, out: Path, info: RankInfo) -> checkpoint.Found | None:
+    """The checkpoint `train.resume=auto` continues from (None: start anew), checked
+    against this run's configuration and rank count; skipped ones named on rank 0."""
+    every = int(cfg.train.checkpoint_every)
+    if (every or cfg.train.resume) and info.instances > 1:
+        raise SciperfError("train.checkpoint_every / train.resume: not available in "
+                           f"throughput mode (instances={info.instances})")
+    if cfg.train.resume != "auto":
+        return None
+    found = checkpoint.latest(out)
+    if found is None:
+        if info.rank == 0:
+            print(f"train.resume=auto: no checkpoint in {checkpoint.folder(out)}; starting "
+                  "anew", flush=True)
+        return None
+    checkpoint.check_matches(found, checkpoint.resume_hash(cfg), info.world)
+    if info.rank == 0:
+        for path, why in found.skipped:
+            print(f"skipped checkpoint {path}: {why}", flush=True)
+        print(f"resuming from {found.path} (after epoch {found.epoch})", flush=True)
+    return found
+
+
+def _continue_log(found: checkpoint.Found, log: Path) -> None:
+    """The MLLOG as it stood at the checkpoint, division open: MLPerf times one
+    uninterrupted run, so a resumed run is not a closed result (summary.json says why)."""
+    saved = found.path / checkpoint.MLLOG
+    lines = saved.read_text().splitlines() if saved.is_file() else []
+    out = []
+    for line in lines:
+        if line.startswith(":::MLLOG ") and '"submission_division"' in line:
+            record = json.loads(line[len(":::MLLOG "):])
+            record["value"] = "open"
+            line = ":::MLLOG " + json.dumps(record)
+        out.append(line)
+    tmp = log.with_name(f".{log.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in out))
+    os.replace(tmp, log)
+
+
+def _resume(found: checkpoint.Found, backend: Any, state: RunState, info: RankInfo) -> None:
+    """Backend state, then the driver's: epochs, history, samples and seconds, run_start."""
+    backend.load_state(found.path)
+    d = found.driver
+    state.epochs, state.history = int(d["epochs"]), list(d["history"])
+    state.train_samples_seen, state.train_seconds = int(d["train_samples_seen"]), \
+        float(d["train_seconds"])
+    state.metric, state.run_start = d.get("metric"), d.get("run_start")
+    state.resumed = [*d.get("resumed", []), {"from_epoch": found.epoch,
+                                             "checkpoint": str(found.path),
+                                             "at_unix": time.time()}]
+
+
+def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo) -> None:
+    """After every train.checkpoint_every-th epoch, rank 0 writes a checkpoint (replicas
+    hold the same weights; every rank's RNG started from the same seed)."""
+    every = int(cfg.train.checkpoint_every)
+    if not every or state.epochs % every or state.success or info.rank != 0:
+        return
+    start = time.time()
+    driver = {"epochs": state.epochs, "history": state.history,
+              "train_samples_seen": state.train_samples_seen,
+              "train_seconds": state.train_seconds, "metric": state.metric,
+              "run_start": state.run_start, "resumed": state.resumed,
+              "config_hash": checkpoint.resume_hash(cfg), "world": state.world,
+              "workload": cfg.workload, "framework": cfg.framework.name}
+    path = checkpoint.write(out, state.epochs, state.backend, json_safe(driver),
+                            out / result_file(info.instance), int(cfg.train.checkpoint_keep))
+    print(f"checkpoint {path} written in {time.time() - start:.2f}s", flush=True)
 
 
 class _Closer:
@@ -323,11 +407,13 @@ def instance_config(cfg: Any, info: RankInfo) -> Any:
 
 
 def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunState,
-          rank: int) -> None:
-    """Epochs until the target is met or train.max_epochs is spent."""
+          info: RankInfo) -> None:
+    """Epochs until the target is met or train.max_epochs is spent (from the checkpoint's
+    epoch when resumed), checkpoints as asked."""
+    rank = info.rank
     max_epochs = int(cfg.train.max_epochs)
-    loop_start = time.time()
-    for epoch in range(max_epochs):
+    loop_start, first = time.time(), state.epochs
+    for epoch in range(state.epochs, max_epochs):
         num = epoch + 1  # MLLOG epoch_num is 1-based, as in the reference logs
         lr = workload.lr_for_epoch(cfg, epoch)
         mll.start("epoch_start", metadata={"epoch_num": num})
@@ -349,9 +435,10 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
                               "wall_s": time.time() - loop_start})
         state.success = workload.reached(metric, cfg.train.target)
         if rank == 0:
-            _epoch_line(cfg, workload, state, result, eval_s, max_epochs, loop_start)
+            _epoch_line(cfg, workload, state, result, eval_s, max_epochs, loop_start, first)
         if state.success:
             return
+        _checkpoint(cfg, Path(cfg.output_dir), state, info)
 
 
 def _finite(value: float, what: str, epoch: int, workload: Workload) -> None:
@@ -366,10 +453,10 @@ def _finite(value: float, what: str, epoch: int, workload: Workload) -> None:
 
 def _epoch_line(cfg: Any, workload: Workload, state: RunState, result: EpochResult,
                 eval_s: float,
-                max_epochs: int, loop_start: float) -> None:
+                max_epochs: int, loop_start: float, first: int = 0) -> None:
     """One progress line per epoch: loss, metric vs target, throughput, ETA to max_epochs."""
     elapsed = time.time() - loop_start
-    eta = elapsed / state.epochs * (max_epochs - state.epochs)
+    eta = elapsed / max(state.epochs - first, 1) * (max_epochs - state.epochs)
     rate = result.samples * state.world / max(result.seconds, 1e-9)
     mark = " <= target" if state.success else ""
     print(f"epoch {state.epochs:3d}/{max_epochs} loss {result.loss:.4f} "
@@ -389,7 +476,9 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
         "framework": cfg.framework.name,
         "experiment": cfg.experiment,
         "precision": cfg.precision,
-        "division": cfg.system.submission_division,
+        # a resumed run is not one uninterrupted timed run: never a closed result
+        "division": "open" if state.resumed else cfg.system.submission_division,
+        "resumed": state.resumed,
         "epochs": state.epochs,
         "time_to_train_s": (end - run_start) if run_start else None,
         "run_start_unix": run_start,

@@ -29,8 +29,9 @@ class MLLogger:
     """
 
     def __init__(self, path: str | Path | None, enabled: bool = True, echo: bool = False,
-                 instance: int | None = None):
+                 instance: int | None = None, mode: str = "w"):
         self.enabled = enabled and path is not None
+        self.mode = mode  # "a": a resumed run continues its log
         self.path = Path(path) if path else None
         self.instance = instance
         self._logger = mllog_impl.MLLogger(logger=self._make_logger(echo), root_dir=None)
@@ -42,7 +43,7 @@ class MLLogger:
         logger.setLevel(logging.INFO)
         if self.enabled and self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(self.path, mode="w")
+            handler = logging.FileHandler(self.path, mode=self.mode)
             handler.setFormatter(logging.Formatter("%(message)s"))
             logger.addHandler(handler)
         if self.enabled and echo:

@@ -35,9 +35,11 @@ Hooks (abstract: the first four):
 from __future__ import annotations
 
 import contextlib
+import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,6 +56,7 @@ from sciperf_pytorch.collectives import Comm
 
 # spatial dimensions of a channels-last sample → the weights' memory format
 CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
+STATE_FILE = "state.pt"  # a checkpoint's backend state (sciperf.checkpoint)
 
 
 class WorkloadBackend(FrameworkBackend):
@@ -251,3 +254,25 @@ class WorkloadBackend(FrameworkBackend):
     def export_weights(self) -> dict[str, np.ndarray]:
         """Canonical weights of this rank's model replica."""
         return weights.export_weights(self.model)
+
+    def save_state(self, folder: Path) -> None:
+        """``state.pt``: model and optimizer state dicts, step counters, torch's RNG (the
+        dropout masks to come) — tensors and plain containers only."""
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "micro_step": self.micro_step, "opt_step": self.opt_step,
+                    "torch_rng": torch.get_rng_state()}, folder / STATE_FILE)
+
+    def load_state(self, folder: Path) -> None:
+        """Restore ``state.pt`` strictly (every name and shape), read with
+        ``weights_only=True``: a checkpoint file never runs code."""
+        path = folder / STATE_FILE
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.micro_step, self.opt_step = int(state["micro_step"]), int(state["opt_step"])
+            torch.set_rng_state(state["torch_rng"])
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError,
+                pickle.UnpicklingError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SciperfError(f"{path}: not a checkpoint of this model ({first})") from None

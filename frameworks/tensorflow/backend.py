@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import keras
@@ -49,7 +50,12 @@ class Optimizer(Protocol):
 
     def set_lr(self, lr: float) -> None: ...
 
+    def state(self) -> list: ...
+
     def step(self, grads: list) -> None: ...
+
+
+STATE_FILE = "state.npz"  # a checkpoint's backend state (sciperf.checkpoint)
 
 
 class WorkloadBackend(FrameworkBackend):
@@ -276,6 +282,41 @@ class WorkloadBackend(FrameworkBackend):
     def parameter_count(self) -> int:
         """Trainable parameters of the built model."""
         return int(sum(int(np.prod(v.shape)) for v in self.model.trainable_variables))
+
+    def _state_variables(self) -> dict[str, list]:
+        """Model variables (Keras' dropout seed state included) and the optimizer's, in
+        creation order: what a checkpoint holds."""
+        return {"model": list(self.model.variables), "optimizer": list(self.optimizer.state())}
+
+    def save_state(self, folder: Path) -> None:
+        """``state.npz``: every variable by group and index, step counters (no pickles)."""
+        arrays = {f"{group}/{i:05d}": np.asarray(v.numpy())
+                  for group, found in self._state_variables().items()
+                  for i, v in enumerate(found)}
+        arrays["counters"] = np.array([self.micro_step, self.opt_step], np.int64)
+        np.savez(folder / STATE_FILE, **arrays)
+
+    def load_state(self, folder: Path) -> None:
+        """Restore ``state.npz`` strictly: every variable present with its shape."""
+        path = folder / STATE_FILE
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                stored = {k: saved[k] for k in saved.files}
+        except (OSError, ValueError, EOFError) as exc:
+            raise SciperfError(f"{path}: unreadable checkpoint ({exc})") from None
+        wanted = self._state_variables()
+        names = {f"{g}/{i:05d}" for g, found in wanted.items() for i in range(len(found))}
+        if set(stored) != names | {"counters"}:
+            raise SciperfError(f"{path}: not a checkpoint of this model ({len(stored) - 1} "
+                               f"variables stored, {len(names)} here)")
+        for group, found in wanted.items():
+            for i, var in enumerate(found):
+                value = stored[f"{group}/{i:05d}"]
+                if tuple(value.shape) != tuple(var.shape):
+                    raise SciperfError(f"{path}: {group} variable {i} has shape "
+                                       f"{value.shape}, this model's {tuple(var.shape)}")
+                var.assign(value)
+        self.micro_step, self.opt_step = (int(v) for v in stored["counters"])
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Canonical weights (norm moving statistics included) of this rank's replica."""

@@ -25,6 +25,10 @@ class KerasSGD:
         self.velocities = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                                        name=f"velocity{i}") for i, v in enumerate(self.variables)]
 
+    def state(self) -> list:
+        """The variables a checkpoint keeps: LR and velocities."""
+        return [self.lr, *self.velocities]
+
     def set_lr(self, lr: float) -> None:
         """Set the LR (the schedule is per epoch, decided outside)."""
         self.lr.assign(lr)
@@ -65,6 +69,10 @@ class AdamFamily:
                   for i, v in enumerate(self.variables)]
         self.v = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name=f"v{i}")
                   for i, v in enumerate(self.variables)]
+
+    def state(self) -> list:
+        """The variables a checkpoint keeps: LR, step count, first and second moments."""
+        return [self.lr, self.t, *self.m, *self.v]
 
     def set_lr(self, lr: float) -> None:
         """Set the LR of the next step (the schedule is per step, decided outside)."""

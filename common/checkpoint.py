@@ -1,0 +1,168 @@
+"""Checkpoints of a run at epoch boundaries, and resuming from the newest valid one.
+
+Layout (docs/architecture.md, "Checkpoints"): ``OUT/checkpoints/epoch_NNNN/`` holds
+
+* the backend's framework-native state (``Backend.save_state``): PyTorch ``state.pt`` —
+  model and optimizer state dicts, step counters, torch's RNG — read back with
+  ``torch.load(weights_only=True)``, which unpickles tensors and containers only;
+  TensorFlow ``state.npz`` — every model variable (Keras' dropout seed state included)
+  and optimizer variable in creation order, step counters, read with
+  ``allow_pickle=False``;
+* ``driver.json`` — the driver's state: epochs done, per-epoch history, samples and
+  seconds trained, the last metric, run_start's wall time, the config hash;
+* ``result.txt`` — the MLLOG lines written up to this epoch (a resumed run continues them);
+* ``MANIFEST.json`` — size and SHA-256 of each file above, written last.
+
+A checkpoint is written aside (``.epoch_NNNN.tmp``) and renamed into place, so a folder
+named ``epoch_NNNN`` is complete; the newest ``train.checkpoint_keep`` stay. Resuming
+(``train.resume=auto``) takes the newest folder whose files match its manifest; a corrupt
+or truncated one is named in one line and the one before it is used. The data order of an
+epoch is a function of (seed, epoch), so an epoch boundary needs no loader state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sciperf.errors import SciperfError
+
+FOLDER = "checkpoints"
+MANIFEST = "MANIFEST.json"
+DRIVER = "driver.json"
+MLLOG = "result.txt"
+FORMAT = 1
+
+
+def folder(out: Path) -> Path:
+    """Where a run's checkpoints live."""
+    return out / FOLDER
+
+
+def _name(epoch: int) -> str:
+    return f"epoch_{epoch:04d}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Path | None,
+          keep: int) -> Path:
+    """Checkpoint after `epoch` epochs: the backend's state, the driver's, the MLLOG so far,
+    then the manifest; renamed into place; older ones beyond `keep` removed."""
+    root = folder(out)
+    root.mkdir(exist_ok=True)
+    final, tmp = root / _name(epoch), root / f".{_name(epoch)}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        backend.save_state(tmp)
+        (tmp / DRIVER).write_text(json.dumps({"format": FORMAT, **driver}, indent=2,
+                                             allow_nan=False))
+        if mllog is not None and mllog.is_file():
+            shutil.copyfile(mllog, tmp / MLLOG)
+        files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+                 for p in sorted(tmp.iterdir())}
+        (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "epoch": epoch,
+                                                "files": files}, indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _prune(root, keep)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    """Keep the newest `keep` checkpoints."""
+    for old in sorted(root.glob("epoch_*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def problem(path: Path) -> str | None:
+    """Why checkpoint folder `path` is unusable (None: every file matches its manifest)."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+        if manifest.get("format") != FORMAT or not isinstance(files, dict):
+            return f"format {manifest.get('format')!r} is not {FORMAT}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"no readable {MANIFEST} ({type(exc).__name__})"
+    for name, want in files.items():
+        p = path / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != want.get("bytes"):
+            return f"{name} holds {p.stat().st_size} bytes, the manifest says {want.get('bytes')}"
+        if _sha256(p) != want.get("sha256"):
+            return f"{name} does not match its SHA-256"
+    return None
+
+
+@dataclass(frozen=True)
+class Found:
+    """The checkpoint a run resumes from, and those skipped on the way (path, why)."""
+
+    path: Path
+    epoch: int
+    driver: dict[str, Any]
+    skipped: tuple[tuple[Path, str], ...]
+
+
+def latest(out: Path) -> Found | None:
+    """The newest valid checkpoint of `out`, or None; invalid ones are skipped and listed."""
+    skipped: list[tuple[Path, str]] = []
+    for path in sorted(folder(out).glob("epoch_*"), reverse=True):
+        why = problem(path)
+        if why is None:
+            try:
+                driver = json.loads((path / DRIVER).read_text())
+                return Found(path, int(driver["epochs"]), driver, tuple(skipped))
+            except (ValueError, KeyError, TypeError) as exc:
+                why = f"{DRIVER} is unusable ({type(exc).__name__})"
+        skipped.append((path, why))
+    if skipped:
+        lines = "; ".join(f"{p}: {why}" for p, why in skipped)
+        raise SciperfError(f"train.resume=auto: no valid checkpoint ({lines})")
+    return None
+
+
+# keys that say where and how a run is kept, not what it trains
+NOT_TRAINING = (("train", "resume"), ("train", "overwrite"), ("train", "checkpoint_every"),
+                ("train", "checkpoint_keep"), ("train", "max_epochs"))
+
+
+def resume_hash(cfg: Any) -> str:
+    """The config hash a checkpoint must share with the run resuming it (the experiment's,
+    without the keys of :data:`NOT_TRAINING`: more epochs may be granted on resume)."""
+    from sciperf.config import to_container
+    data = to_container(cfg)
+    for section, key in NOT_TRAINING:
+        data.get(section, {}).pop(key, None)
+    for key in ("output_dir",):
+        data.pop(key, None)
+    for key in ("dir", "stage_dir"):
+        data.get("data", {}).pop(key, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_matches(found: Found, config_hash: str, world: int) -> None:
+    """A checkpoint continues only the run it was taken from: same config (bar the keys
+    that do not change the training: output, resume, checkpointing) and rank count."""
+    if found.driver.get("config_hash") != config_hash:
+        raise SciperfError(f"{found.path}: taken with another configuration "
+                           f"(config hash {found.driver.get('config_hash')}, this run "
+                           f"{config_hash}); resume with the original overrides")
+    if int(found.driver.get("world", world)) != world:
+        raise SciperfError(f"{found.path}: taken with {found.driver.get('world')} ranks, "
+                           f"this run has {world}")
