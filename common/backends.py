@@ -47,12 +47,26 @@ class RunContext:
 
 
 @dataclass
+class EpochProgress:
+    """How far an interrupted epoch got, summed over ranks: optimizer-step-aligned batches
+    each rank took, samples each rank took, the loss summed over steps and ranks, seconds.
+    A checkpoint keeps it; the resumed epoch skips those batches and adds to these sums."""
+
+    steps: int = 0
+    samples: int = 0
+    loss_sum: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
 class EpochResult:
-    """Training statistics of one epoch on this rank."""
+    """Training statistics of one epoch on this rank; `stopped` when `stop` asked for an
+    early end (the epoch is then unfinished, its progress given)."""
 
     samples: int
     loss: float
     seconds: float
+    stopped: EpochProgress | None = None
 
 
 class Backend(ABC):
@@ -70,8 +84,12 @@ class Backend(ABC):
 
     @abstractmethod
     def train_epoch(self, epoch: int, lr: float,
-                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
-        """One pass over this rank's training shard at learning rate `lr`."""
+                    on_step: Callable[[int, float], None] | None = None,
+                    resume: EpochProgress | None = None,
+                    stop: Callable[[], bool] | None = None) -> EpochResult:
+        """One pass over this rank's training shard at learning rate `lr`; from `resume`'s
+        step when given; ending early at an optimizer-step boundary where `stop()` is true
+        on any rank (every rank ends at the same step)."""
 
     @abstractmethod
     def evaluate(self) -> float:

@@ -13,6 +13,11 @@ Layout (docs/architecture.md, "Checkpoints"): ``OUT/checkpoints/epoch_NNNN/`` ho
 * ``result.txt`` — the MLLOG lines written up to this epoch (a resumed run continues them);
 * ``MANIFEST.json`` — size and SHA-256 of each file above, written last.
 
+``epoch_NNNN_step_SSSSSS`` is taken inside epoch NNNN+1 when the run was asked to stop
+(SIGUSR1, Slurm's ``--signal``): every rank agrees on the step (an all-reduce of the
+request), ``driver.json``'s ``epoch_progress`` holds the steps, samples, loss sum and
+seconds of the unfinished epoch, and the resumed epoch skips the batches already trained.
+
 A checkpoint is written aside (``.epoch_NNNN.tmp``) and renamed into place, so a folder
 named ``epoch_NNNN`` is complete; the newest ``train.checkpoint_keep`` stay. Resuming
 (``train.resume=auto``) takes the newest folder whose files match its manifest; a corrupt
@@ -44,8 +49,10 @@ def folder(out: Path) -> Path:
     return out / FOLDER
 
 
-def _name(epoch: int) -> str:
-    return f"epoch_{epoch:04d}"
+def _name(epoch: int, partial: int | None = None) -> str:
+    """epoch_NNNN after a whole epoch; epoch_NNNN_step_SSSSSS inside the next one (sorts
+    between the two boundaries)."""
+    return f"epoch_{epoch:04d}" + (f"_step_{partial:06d}" if partial is not None else "")
 
 
 def _sha256(path: Path) -> str:
@@ -57,12 +64,13 @@ def _sha256(path: Path) -> str:
 
 
 def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Path | None,
-          keep: int) -> Path:
+          keep: int, partial: int | None = None) -> Path:
     """Checkpoint after `epoch` epochs: the backend's state, the driver's, the MLLOG so far,
     then the manifest; renamed into place; older ones beyond `keep` removed."""
     root = folder(out)
     root.mkdir(exist_ok=True)
-    final, tmp = root / _name(epoch), root / f".{_name(epoch)}.tmp"
+    name = _name(epoch, partial)
+    final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:

@@ -72,12 +72,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 @verb("score", "MLPerf HPC scores of result logs (olympic time to solution, throughput "
                "TTTa) grouped by system/benchmark/mode, with the rules' verdict")
 def cmd_score(args: argparse.Namespace) -> int:
-    from sciperf.results.score import score, score_table
+    from sciperf.results.score import score, score_table, skip_lines
     if not args.overrides:
         raise SciperfError("usage: sciperf score RESULT_DIR|RESULT_FILE [...] [--json]")
     scores = score(args.overrides, ruleset=args.ruleset)
-    if args.json:
+    if args.json:  # the table ends with the skipped lines; beside JSON they go to stderr
         print(json.dumps([s.as_dict() for s in scores], indent=2))
+        for line in skip_lines(scores):
+            print(line, file=sys.stderr)
     else:
         print(score_table(scores))
     return 0 if all(s.valid for s in scores) else 1
@@ -205,12 +207,16 @@ def _unconverged_instance(summary: dict) -> bool:
     return summary["instances"] > 1 and summary["status"] == "aborted"
 
 
+EX_TEMPFAIL = 75  # stopped on request with a checkpoint: resume it (sysexits' "try again")
+
+
 def _exit_status(summary: dict) -> int:
-    """0 on success; 1 when the target was missed — except for one of several instances,
-    where a miss is a scored outcome (the job's other instances must run on), so 0."""
+    """0 on success; 75 when the run stopped on request (SIGUSR1) with a checkpoint to
+    resume; 1 when the target was missed — except for one of several instances, where a
+    miss is a scored outcome (the job's other instances must run on), so 0."""
     if summary["status"] == "success" or _unconverged_instance(summary):
         return 0
-    return 1
+    return EX_TEMPFAIL if summary["status"] == "checkpointed" else 1
 
 
 def summary_name(summary: dict) -> str:

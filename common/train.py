@@ -17,12 +17,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sciperf import __version__, checkpoint, output
-from sciperf.backends import EpochResult, RunContext, load_backend
+from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
@@ -71,6 +71,8 @@ class RunState:
     backend: Any = None  # set once loaded (the closing records of an abort use it)
     run_start: float | None = None  # wall time of run_start, once logged
     resume_from: checkpoint.Found | None = None  # the checkpoint this run continues
+    progress: EpochProgress | None = None  # the resumed epoch's part trained before
+    checkpointed: bool = False  # stopped mid-epoch on request, checkpoint written
     resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume so far
 
 
@@ -182,7 +184,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
     closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
     try:
-        with _signal_watcher(closer):
+        with _signal_watcher(closer), _stop_on_usr1(bool(cfg.train.checkpoint_every)):
             _run(cfg, info, workload, mll, state, out)
     except BaseException as exc:
         closer()
@@ -193,7 +195,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     mll.run_stop(state.success, state.epochs)
     mll.close()
     state.backend.close()
-    status = "success" if state.success else "aborted"
+    status = "success" if state.success else "checkpointed" if state.checkpointed \
+        else "aborted"
     return _write_summary(out, cfg, workload, state.backend, state, status, t0,
                           state.run_start, info)
 
@@ -250,7 +253,9 @@ def _resume_point(cfg: Any, out: Path, info: RankInfo) -> checkpoint.Found | Non
     if info.rank == 0:
         for path, why in found.skipped:
             print(f"skipped checkpoint {path}: {why}", flush=True)
-        print(f"resuming from {found.path} (after epoch {found.epoch})", flush=True)
+        steps = (found.driver.get("epoch_progress") or {}).get("steps")
+        inside = f", {steps} steps into epoch {found.epoch + 1}" if steps else ""
+        print(f"resuming from {found.path} (after epoch {found.epoch}{inside})", flush=True)
     return found
 
 
@@ -279,26 +284,33 @@ def _resume(found: checkpoint.Found, backend: Any, state: RunState, info: RankIn
     state.train_samples_seen, state.train_seconds = int(d["train_samples_seen"]), \
         float(d["train_seconds"])
     state.metric, state.run_start = d.get("metric"), d.get("run_start")
+    if d.get("epoch_progress"):
+        state.progress = EpochProgress(**d["epoch_progress"])
     state.resumed = [*d.get("resumed", []), {"from_epoch": found.epoch,
                                              "checkpoint": str(found.path),
                                              "at_unix": time.time()}]
 
 
-def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo) -> None:
-    """After every train.checkpoint_every-th epoch, rank 0 writes a checkpoint (replicas
-    hold the same weights; every rank's RNG started from the same seed)."""
+def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo,
+                progress: EpochProgress | None = None) -> None:
+    """Rank 0 writes a checkpoint (replicas hold the same weights; every rank's RNG started
+    from the same seed): after every train.checkpoint_every-th epoch, or mid-epoch with the
+    epoch's `progress` when a stop was asked for (SIGUSR1)."""
     every = int(cfg.train.checkpoint_every)
-    if not every or state.epochs % every or state.success or info.rank != 0:
+    due = progress is not None or (every and not state.epochs % every and not state.success)
+    if not due or info.rank != 0:
         return
     start = time.time()
     driver = {"epochs": state.epochs, "history": state.history,
               "train_samples_seen": state.train_samples_seen,
               "train_seconds": state.train_seconds, "metric": state.metric,
               "run_start": state.run_start, "resumed": state.resumed,
+              "epoch_progress": asdict(progress) if progress else None,
               "config_hash": checkpoint.resume_hash(cfg), "world": state.world,
               "workload": cfg.workload, "framework": cfg.framework.name}
     path = checkpoint.write(out, state.epochs, state.backend, json_safe(driver),
-                            out / result_file(info.instance), int(cfg.train.checkpoint_keep))
+                            out / result_file(info.instance), int(cfg.train.checkpoint_keep),
+                            partial=progress.steps if progress else None)
     print(f"checkpoint {path} written in {time.time() - start:.2f}s", flush=True)
 
 
@@ -322,6 +334,23 @@ class _Closer:
 
 
 WATCHED = (signal.SIGTERM, signal.SIGHUP)
+# set by SIGUSR1 (Slurm's `--signal=B:USR1@<seconds>` before the time limit): with
+# checkpointing on, the run stops at the next optimizer step, checkpoints and exits 75
+STOP = threading.Event()
+
+
+@contextlib.contextmanager
+def _stop_on_usr1(enabled: bool) -> Iterator[None]:
+    """SIGUSR1 asks for a checkpoint and an early, resumable end (main thread only)."""
+    STOP.clear()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 GRACE_S = 3.0  # after the watcher wrote the records: time for the main thread to exit itself
 _STOP = b"\0"
 
@@ -413,11 +442,19 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
     rank = info.rank
     max_epochs = int(cfg.train.max_epochs)
     loop_start, first = time.time(), state.epochs
+    progress, state.progress = state.progress, None  # a resumed epoch's trained part
+    stop = STOP.is_set if int(cfg.train.checkpoint_every) else None
     for epoch in range(state.epochs, max_epochs):
         num = epoch + 1  # MLLOG epoch_num is 1-based, as in the reference logs
         lr = workload.lr_for_epoch(cfg, epoch)
-        mll.start("epoch_start", metadata={"epoch_num": num})
-        result: EpochResult = backend.train_epoch(epoch, lr)
+        if progress is None:  # a resumed epoch's epoch_start is in the log already
+            mll.start("epoch_start", metadata={"epoch_num": num})
+        result: EpochResult = backend.train_epoch(epoch, lr, resume=progress, stop=stop)
+        progress = None
+        if result.stopped is not None:  # SIGUSR1: checkpoint here, end the run
+            _checkpoint(cfg, Path(cfg.output_dir), state, info, result.stopped)
+            state.checkpointed = True
+            return
         _finite(result.loss, "training loss", num, workload)
         mll.end("epoch_stop", metadata={"epoch_num": num})
         mll.start("eval_start", metadata={"epoch_num": num})

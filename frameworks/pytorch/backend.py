@@ -35,6 +35,7 @@ Hooks (abstract: the first four):
 from __future__ import annotations
 
 import contextlib
+import itertools
 import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sciperf.backends import EpochResult, FrameworkBackend, RunContext
+from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import remainders, shuffle_seed
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
@@ -217,23 +218,35 @@ class WorkloadBackend(FrameworkBackend):
         return loss.detach()
 
     def train_epoch(self, epoch: int, lr: float,
-                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
+                    on_step: Callable[[int, float], None] | None = None,
+                    resume: EpochProgress | None = None,
+                    stop: Callable[[], bool] | None = None) -> EpochResult:
         """One pass over the shard at the driver's `lr` (a record only when the LR moves
-        every step); the loss is averaged over steps and ranks."""
+        every step); the loss is averaged over steps and ranks. From `resume`, the batches
+        already trained are read and skipped (the order is fixed by seed and epoch)."""
         self.net.train()
         if not self.workload.per_step_lr:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        start, total, steps, samples = time.perf_counter(), torch.zeros(()), 0, 0
-        for x, y in self.batches(self.train_loader, epoch):
+        done = resume or EpochProgress()
+        world = self.ctx.world  # a resumed epoch's global sums, spread over the ranks
+        start, total = time.perf_counter(), torch.tensor(done.loss_sum / world)
+        steps, samples = done.steps, done.samples
+        for x, y in itertools.islice(self.batches(self.train_loader, epoch), done.steps, None):
             loss = self.train_step(x, y)
             total += loss.cpu()
             n = self.batch_size(x)
             steps, samples = steps + 1, samples + n
             if on_step:
                 on_step(n, float(loss))
+            if stop is not None and self.micro_step % self.accumulate == 0 and \
+                    self.comm.sum([float(stop())])[0] > 0:
+                loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
+                seconds = done.seconds + time.perf_counter() - start
+                return EpochResult(samples, loss_sum / max(step_sum, 1), seconds,
+                                   EpochProgress(steps, samples, loss_sum, seconds))
         self.after_epoch()
-        seconds = time.perf_counter() - start
+        seconds = done.seconds + time.perf_counter() - start
         loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
         return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
 

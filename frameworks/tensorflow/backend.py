@@ -25,6 +25,7 @@ once here, from the workload contract (``sciperf.workloads.base.Workload``):
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sciperf.backends import EpochResult, FrameworkBackend, RunContext
+from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
@@ -244,22 +245,34 @@ class WorkloadBackend(FrameworkBackend):
         return self._batches(loader, epoch, self._transform)
 
     def train_epoch(self, epoch: int, lr: float,
-                    on_step: Callable[[int, float], None] | None = None) -> EpochResult:
+                    on_step: Callable[[int, float], None] | None = None,
+                    resume: EpochProgress | None = None,
+                    stop: Callable[[], bool] | None = None) -> EpochResult:
         """One pass over the shard at `lr` (the driver's epoch LR; a per-step schedule
-        sets its own at every optimizer step); the loss is averaged over steps and ranks."""
+        sets its own at every optimizer step); the loss is averaged over steps and ranks.
+        From `resume`, the batches already trained are read and skipped."""
         if not self.workload.per_step_lr:
             self.optimizer.set_lr(lr)
-        start, total, steps, samples = time.perf_counter(), tf.zeros(()), 0, 0
-        for x, y in self.batches(self.train_loader, epoch):
+        done = resume or EpochProgress()
+        world = self.ctx.world  # a resumed epoch's global sums, spread over the ranks
+        start, total = time.perf_counter(), tf.constant(done.loss_sum / world, tf.float32)
+        steps, samples = done.steps, done.samples
+        for x, y in itertools.islice(self.batches(self.train_loader, epoch), done.steps, None):
             loss = self.train_step(x, y)
             total += loss
             n = self.batch_size(x)
             steps, samples = steps + 1, samples + n
             if on_step:
                 on_step(n, float(loss))
+            if stop is not None and self.micro_step % self.accumulate == 0 and \
+                    self.comm.sum([float(stop())])[0] > 0:
+                loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
+                seconds = done.seconds + time.perf_counter() - start
+                return EpochResult(samples, loss_sum / max(step_sum, 1), seconds,
+                                   EpochProgress(steps, samples, loss_sum, seconds))
         total = float(total)  # waits for the last step before the clock stops
         self.after_epoch()
-        seconds = time.perf_counter() - start
+        seconds = done.seconds + time.perf_counter() - start
         loss_sum, step_sum = self.comm.sum([total, float(steps)])
         return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
 

@@ -9,7 +9,9 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,9 +61,9 @@ def uninterrupted(tmp_path_factory, sciperf_cmd, tiny_mini_data) -> dict[str, Pa
     return runs
 
 
-def _assert_same_run(whole: Path, resumed: Path) -> None:
+def _assert_same_run(whole: Path, resumed: Path, epochs: int = 4) -> None:
     a, b = _summary(whole)["history"], _summary(resumed)["history"]
-    assert [h["epoch"] for h in b] == [1, 2, 3, 4]
+    assert [h["epoch"] for h in b] == list(range(1, epochs + 1))
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose([y["loss"], y["metric"]], [x["loss"], x["metric"]],
                                    rtol=1e-6, err_msg=f"epoch {x['epoch']}")
@@ -174,3 +176,50 @@ def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
                   "train.overwrite=true")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert not checkpoint.folder(out).exists()
+
+
+def _stop_in_epoch_2(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Start `cmd`, send SIGUSR1 (Slurm's --signal) once epoch 2 has begun."""
+    out = Path(next(a for a in cmd if a.startswith("output_dir="))[len("output_dir="):])
+    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    log = out / "result_0.txt"
+    deadline = time.time() + 300
+    while time.time() < deadline and '"epoch_num": 2' not in (log.read_text()
+                                                               if log.exists() else ""):
+        time.sleep(0.05)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_sigusr1_checkpoints_mid_epoch_and_the_resume_is_exact(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path, framework: str) -> None:
+    """8 steps per epoch; the request lands inside epoch 2: every rank stops at the next
+    optimizer step, the checkpoint holds the epoch's progress, exit 75 (EX_TEMPFAIL), and
+    the resumed run skips the batches already trained — the same run as one never
+    stopped."""
+    pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
+    small = ("train.global_batch_size=8",)
+    whole = tmp_path / "whole"
+    assert _train(sciperf_cmd, tiny_mini_data, whole, framework, 3, *small).returncode == 1
+    out = tmp_path / "run"
+    cmd = [*sciperf_cmd, *BASE, f"framework={framework}", f"data.dir={tiny_mini_data}",
+           f"output_dir={out}", "train.max_epochs=3", *small]
+    stopped = _stop_in_epoch_2(cmd)
+    assert stopped.returncode == 75, stopped.stderr[-2000:]
+    assert _summary(out)["status"] == "checkpointed"
+    inside = sorted(checkpoint.folder(out).glob("epoch_0001_step_*"))
+    assert len(inside) == 1, list(checkpoint.folder(out).iterdir())
+    progress = json.loads((inside[0] / "driver.json").read_text())["epoch_progress"]
+    assert 1 <= progress["steps"] <= 8 and progress["samples"] == 8 * progress["steps"]
+    resumed = _train(sciperf_cmd, tiny_mini_data, out, framework, 3, *small,
+                     "train.resume=auto")
+    assert resumed.returncode == 1, resumed.stderr[-2000:]
+    assert f"{progress['steps']} steps into epoch 2" in resumed.stdout
+    _assert_same_run(whole, out, epochs=3)
+    starts = [r["metadata"]["epoch_num"] for r in _records(out) if r["key"] == "epoch_start"]
+    assert starts == [1, 2, 3]  # the interrupted epoch is logged once
