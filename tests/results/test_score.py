@@ -239,3 +239,143 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, setup, message):
                           check=False)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and str(target) in proc.stderr
+
+
+# --- the summarizer's folder rules: what it does not read is skipped, in one line ------------
+
+HPE = "HPE+LBNL"
+HPE_SYSTEMS = ("perlmutter_10x128x4_ngc21.09_mxnet", "perlmutter_512x4")
+HPE_STRONG = "results/perlmutter_512x4/strong/deepcam"
+HPE_WEAK_IN_ORG = HPE_WEAK.removeprefix(f"{HPE}/")
+
+
+def _pruned_results(org: Path) -> Path:
+    """NVIDIA v2.0's `weak/oc20/pruned_results/`: result files one folder too deep."""
+    stray = org / HPE_WEAK_IN_ORG / "pruned_results"
+    stray.mkdir()
+    for name in ("result_1.txt", "result_2.txt"):
+        shutil.copy(org / HPE_WEAK_IN_ORG / name, stray / name)
+    return stray
+
+
+def _readme(org: Path) -> Path:
+    (org / "README.md").write_text("# HPE+LBNL submission\n")
+    return org / "README.md"
+
+
+def _readme_in_results(org: Path) -> Path:
+    (org / "results/README.md").write_text("see the systems folder\n")  # as HelmholtzAI v2.0
+    return org / "results/README.md"
+
+
+def _scaling_json(org: Path) -> Path:
+    """A factor one folder too high: the summarizer reads it only in a benchmark folder."""
+    file = org / HPE_STRONG / ".." / "scaling.json"
+    file.write_text(json.dumps({"scaling_factor": 2.0}))
+    return org / "results/perlmutter_512x4/strong/scaling.json"
+
+
+def _orphan_description(org: Path) -> Path:
+    desc = org / "systems/perlmutter_1x4.json"
+    shutil.copy(org / f"systems/{HPE_SYSTEMS[1]}.json", desc)
+    return desc
+
+
+def _system_without_description(org: Path) -> Path:
+    ghost = org / "results/ghost"
+    shutil.copytree(org / "results/perlmutter_512x4", ghost)
+    return ghost
+
+
+STRAYS = {
+    "pruned_results": (_pruned_results, "a benchmark folder is read only for its own"),
+    "README": (_readme, "a submitter's folder is read only for results/ and systems/"),
+    "README in results": (_readme_in_results, "results/ is read only for its system folders"),
+    "scaling.json": (_scaling_json, "strong/ is read only for its benchmark folders"),
+    "systems file": (_orphan_description, "no results/perlmutter_1x4/ folder"),
+    "no description": (_system_without_description, "no systems/ghost.json: the summarizer "
+                                                     "skips a system without its description"),
+}
+
+
+@pytest.fixture(scope="module")
+def hpe_official(v30) -> dict[tuple[str, str, str], tuple[float, bool]]:
+    """The untouched published HPE+LBNL tree's scores (equal to the summarizer's, above)."""
+    return {(s.group.system, s.group.benchmark, s.group.mode): (s.minutes, s.valid)
+            for s in score([v30 / HPE])}
+
+
+def _skip_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("skipped ")]
+
+
+@pytest.mark.parametrize("kind", list(STRAYS))
+def test_a_stray_thing_is_skipped_in_one_line_and_scores_stay_official(
+        kind, v30, tmp_path, sciperf_cmd, hpe_official):
+    org = Path(shutil.copytree(v30 / HPE, tmp_path / HPE))
+    add, why = STRAYS[kind]
+    stray = add(org)
+    proc = subprocess.run([*sciperf_cmd, "score", str(org), "--json"], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = _skip_lines(proc.stderr)  # exactly one line for the one stray thing
+    assert line.startswith(f"skipped {stray}: ") and why in line, line
+    groups = {(g["system"], g["benchmark"], g["mode"]): (g["minutes"], g["valid"])
+              for g in json.loads(proc.stdout)}
+    assert groups == hpe_official  # no extra group, every official score unchanged
+    assert set(hpe_official) == {(HPE_SYSTEMS[0], "cosmoflow", "weak"),
+                                 (HPE_SYSTEMS[1], "deepcam", "strong")}
+
+
+def test_stray_tree_scores_what_the_result_summarizer_scores(v30, tmp_path, sciperf_cmd):
+    tree = Path(shutil.copytree(v30, tmp_path / "v3.0"))
+    strays = sorted(str(add(tree / HPE)) for add, _ in STRAYS.values())
+    (tree / "NVIDIA/README.md").write_text("# NVIDIA\n")  # as NVIDIA/README.md in v2.0
+    strays.append(str(tree / "NVIDIA/README.md"))
+    proc = subprocess.run([*sciperf_cmd, "score", str(tree)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    skipped = _skip_lines(proc.stdout)  # after the table, one line per stray thing
+    assert sorted(line.split(": ", 1)[0].removeprefix("skipped ") for line in skipped) \
+        == sorted(strays)
+    rows = [r for r in proc.stdout.splitlines() if r.startswith("| ") and "VALID" in r]
+    assert len(rows) == 5 and not any("?" in r or "ghost" in r for r in rows)
+    ours = {(s.group.system, s.group.benchmark, s.group.mode): s for s in score([tree])}
+    assert len(ours) == 5
+    compared = 0
+    for org in (tree / "NVIDIA", tree / HPE):  # the official tools on the same stray tree
+        strong, weak = summarize(org, tmp_path)
+        for row, bench in ((r, b) for r in strong for b in ("cosmoflow", "deepcam", "oc20")):
+            if row[bench]:
+                assert ours[(system_of(row), bench, "strong")].minutes == float(row[bench])
+                compared += 1
+        for row in weak:
+            if row["cosmoflow:time_to_train_all"]:
+                s = ours[(system_of(row), "cosmoflow", "weak")]
+                assert s.minutes == float(row["cosmoflow:time_to_train_all"])
+                assert s.number_of_models == float(row["cosmoflow:number_of_models"])
+                compared += 1
+    assert compared == 5  # neither the stray folder nor the ghost system is a row there
+
+
+def test_a_benchmark_folder_target_names_its_stray_subfolder(v30, tmp_path, sciperf_cmd):
+    org = Path(shutil.copytree(v30 / HPE, tmp_path / HPE))
+    stray = _pruned_results(org)
+    proc = subprocess.run([*sciperf_cmd, "score", str(org / HPE_WEAK_IN_ORG)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [line.split(": ", 1)[0] for line in _skip_lines(proc.stdout)] == [f"skipped {stray}"]
+    assert "VALID: 10 converged instances of 10" in proc.stdout
+
+
+@pytest.mark.parametrize("inside", ["", "result_1.txt"])
+def test_naming_a_stray_folder_or_its_file_is_one_line_and_exit_2(
+        inside, v30, tmp_path, sciperf_cmd):
+    org = Path(shutil.copytree(v30 / HPE, tmp_path / HPE))
+    target = _pruned_results(org) / inside
+    with pytest.raises(SciperfError, match="outside the summarizer's layout"):
+        score([target])
+    proc = subprocess.run([*sciperf_cmd, "score", str(target)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert str(target).rstrip("/") in proc.stderr and "result_*.txt" in proc.stderr
