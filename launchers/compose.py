@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -177,6 +177,9 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     nodes, slurm = _check(cfg, launcher, system)
     alloc = launcher.allocation(nodes)
     program = program or default_program(cfg, overrides)
+    requeue = _requeue(cfg, slurm)
+    if requeue is not None:
+        program = _resumable(cfg, program)
     groups = command(launcher, container, program, alloc, slurm)
     output_dir = os.path.abspath(cfg.output_dir)
     header = {"launcher": launcher.name, "container": container.name,
@@ -190,16 +193,43 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     setup = "".join(f"{line}\n" for line in system.get("setup") or [])
     body = {**header, "setup": setup, "command": shell.render(groups)}
     if slurm:
-        text = BATCH.substitute(body, directives=_directives(cfg, launcher, alloc, system,
-                                                             output_dir),
-                                rendezvous=SLURM_RENDEZVOUS)
+        directives = _directives(cfg, launcher, alloc, system, output_dir, requeue)
+        template = BATCH if requeue is None else BATCH_REQUEUE
+        text = template.substitute(body, directives=directives, rendezvous=SLURM_RENDEZVOUS,
+                                   signal_s=requeue or 0)
         return Plan("sbatch", text, output_dir, launcher, container, program, alloc, groups)
     text = SCRIPT.substitute(body, rendezvous=HOST_RENDEZVOUS)
     return Plan("script", text, output_dir, launcher, container, program, alloc, groups)
 
 
+def _requeue(cfg: DictConfig, slurm: bool) -> int | None:
+    """`launcher.requeue=true`: seconds before the time limit at which Slurm sends USR1
+    (`launcher.signal_s`, default 300); None when off. Slurm systems only."""
+    if not OmegaConf.select(cfg, "launcher.requeue", default=False):
+        return None
+    if not slurm:
+        raise SciperfError("launcher.requeue=true needs a Slurm system (it renders sbatch's "
+                           "--signal and --requeue)")
+    seconds = OmegaConf.select(cfg, "launcher.signal_s", default=300)
+    if not isinstance(seconds, int) or not 1 <= seconds <= 65535:
+        raise SciperfError(f"launcher.signal_s={seconds} must be 1..65535 seconds before the "
+                           "time limit")
+    return seconds
+
+
+def _resumable(cfg: DictConfig, program: Program) -> Program:
+    """A requeued job must checkpoint and resume: train.checkpoint_every (1 unless set)
+    and train.resume=auto join the program's arguments."""
+    argv = [a for a in program.argv if not a.startswith("train.resume=")]
+    if not int(cfg.train.checkpoint_every):
+        argv.append("train.checkpoint_every=1")
+    argv.append("train.resume=auto")
+    return replace(program, argv=tuple(argv))
+
+
 def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
-                system: Mapping[str, Any], output_dir: str) -> str:
+                system: Mapping[str, Any], output_dir: str,
+                requeue: int | None = None) -> str:
     tasks_per_node, cpus_per_task = launcher.request(alloc)
     lines = [f"--job-name=sciperf-{cfg.workload}-{cfg.framework.name}",
              f"--nodes={alloc.nodes}", f"--ntasks-per-node={tasks_per_node}"]
@@ -212,6 +242,8 @@ def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
         if system.get(key):
             lines.append(f"--{key}={system[key]}")
     lines.append(f"--output={Path(output_dir) / 'slurm-%j.out'}")
+    if requeue is not None:  # USR1 to the batch shell, back to the queue, one output file
+        lines += [f"--signal=B:USR1@{requeue}", "--requeue", "--open-mode=append"]
     return "\n".join(f"#SBATCH {line}" for line in lines)
 
 
@@ -224,6 +256,33 @@ $directives
 set -euo pipefail
 $setup$rendezvous
 $command
+""")
+
+BATCH_REQUEUE = Template("""\
+#!/bin/bash
+$directives
+# Rendered by `sciperf launch` (launcher=$launcher container=$container system=$system).
+# Composition: launcher -> container -> program. Submit again with `sbatch <this file>`.
+# launcher.requeue: $signal_s s before the time limit Slurm sends USR1 to this shell, which
+# passes it to the job step; the run checkpoints at its next step and exits 75; the job
+# then goes back to the queue and resumes from the checkpoint (train.resume=auto).
+set -euo pipefail
+$setup$rendezvous
+$command &
+step=$$!
+trap 'kill -USR1 "$$step" 2>/dev/null || true' USR1
+set +e
+wait "$$step"
+rc=$$?
+while [ "$$rc" -gt 128 ] && kill -0 "$$step" 2>/dev/null; do
+  wait "$$step"
+  rc=$$?
+done
+set -e
+if [ "$$rc" -eq 75 ]; then
+  scontrol requeue "$$SLURM_JOB_ID"
+fi
+exit "$$rc"
 """)
 
 SCRIPT = Template("""\

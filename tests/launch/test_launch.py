@@ -83,8 +83,39 @@ def test_rendered_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
             path = tmp_path / f"{launcher}_{container}.sh"
             path.write_text(_plan(launcher, container).text)
             paths.append(str(path))
+    for launcher in ("srun", "mpirun"):  # the requeue-friendly batch script too
+        path = tmp_path / f"{launcher}_requeue.sh"
+        path.write_text(_plan(launcher, "apptainer", "launcher.requeue=true").text)
+        paths.append(str(path))
     proc = subprocess.run(["shellcheck", *paths], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+def test_requeue_renders_signal_checkpoint_and_resume(launcher: str) -> None:
+    """USR1 signal_s before the limit reaches the batch shell, which passes it to the job
+    step; the program checkpoints and resumes; exit 75 requeues the job."""
+    text = _plan(launcher, "none", "launcher.requeue=true", "launcher.signal_s=120").text
+    for line in ("#SBATCH --signal=B:USR1@120", "#SBATCH --requeue",
+                 "#SBATCH --open-mode=append", "trap 'kill -USR1 \"$step\"",
+                 'if [ "$rc" -eq 75 ]; then', 'scontrol requeue "$SLURM_JOB_ID"'):
+        assert line in text, line
+    program = text[text.index("sciperf train"):text.index(" &\n")]
+    assert "train.checkpoint_every=1" in program and "train.resume=auto" in program
+    kept = _plan(launcher, "none", "launcher.requeue=true", "train.checkpoint_every=3").text
+    assert "train.checkpoint_every=3" in kept and "train.checkpoint_every=1" not in kept
+    assert "--signal" not in _plan(launcher, "none").text  # off by default
+
+
+def test_requeue_needs_slurm_and_a_sane_signal_time() -> None:
+    with pytest.raises(SciperfError, match="launcher.requeue"):  # no such key for local
+        _plan("local", "none", "launcher.requeue=true")
+    with pytest.raises(SciperfError, match="launcher.requeue=true needs a Slurm system"):
+        overrides = [o.replace("perlmutter-like", "local")
+                     for o in _overrides("mpirun", "none", "launcher.requeue=true")]
+        plan(compose([*overrides, "nodes=1"]), overrides=overrides)
+    with pytest.raises(SciperfError, match="launcher.signal_s=0 must be 1..65535"):
+        _plan("srun", "none", "launcher.requeue=true", "launcher.signal_s=0")
 
 
 # --- composition -------------------------------------------------------------------------
