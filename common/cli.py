@@ -212,11 +212,15 @@ EX_TEMPFAIL = 75  # stopped on request with a checkpoint: resume it (sysexits' "
 
 def _exit_status(summary: dict) -> int:
     """0 on success; 75 when the run stopped on request (SIGUSR1) with a checkpoint to
-    resume; 1 when the target was missed — except for one of several instances, where a
-    miss is a scored outcome (the job's other instances must run on), so 0."""
+    resume — from rank 0, which holds the records; the other ranks end 0 so that srun's
+    --kill-on-bad-exit never cuts rank 0's last writes short; 1 when the target was
+    missed — except for one of several instances, where a miss is a scored outcome (the
+    job's other instances must run on), so 0."""
     if summary["status"] == "success" or _unconverged_instance(summary):
         return 0
-    return EX_TEMPFAIL if summary["status"] == "checkpointed" else 1
+    if summary["status"] == "checkpointed":
+        return EX_TEMPFAIL if summary["rank"] == 0 else 0
+    return 1
 
 
 def summary_name(summary: dict) -> str:

@@ -196,7 +196,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
         directives = _directives(cfg, launcher, alloc, system, output_dir, requeue)
         template = BATCH if requeue is None else BATCH_REQUEUE
         text = template.substitute(body, directives=directives, rendezvous=SLURM_RENDEZVOUS,
-                                   signal_s=requeue or 0)
+                                   signal_s=requeue or 0,
+                                   summary=shell.quote(str(Path(output_dir) / "summary.json")))
         return Plan("sbatch", text, output_dir, launcher, container, program, alloc, groups)
     text = SCRIPT.substitute(body, rendezvous=HOST_RENDEZVOUS)
     return Plan("script", text, output_dir, launcher, container, program, alloc, groups)
@@ -279,8 +280,10 @@ while [ "$$rc" -gt 128 ] && kill -0 "$$step" 2>/dev/null; do
   rc=$$?
 done
 set -e
-if [ "$$rc" -eq 75 ]; then
+# 75: rank 0 checkpointed on request (a launcher may report another code; the summary says)
+if [ "$$rc" -eq 75 ] || grep -qs '"status": "checkpointed"' $summary; then
   scontrol requeue "$$SLURM_JOB_ID"
+  exit 0
 fi
 exit "$$rc"
 """)

@@ -140,3 +140,51 @@ def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, sciperf_cmd) -> Non
     else:  # one epoch rarely reaches the target: `sciperf train` exits 1 (then srun's
         # --kill-on-bad-exit may end the other rank first: 143)
         assert state == "FAILED" and rc in (1, 143), log[-4000:]
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_cmd) -> None:
+    """launcher.requeue=true on a real Slurm: USR1 to the batch shell (what --signal=B:USR1
+    sends before the time limit; scancel --signal sends it now) reaches both srun ranks,
+    they stop at the same step, rank 0 checkpoints, the job requeues itself and the second
+    run resumes and finishes: one log, every epoch once, the resume recorded."""
+    pytest.importorskip("torch")
+    data, out = tmp_path / "data", tmp_path / "out"
+    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
+                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
+                   check=True, capture_output=True, timeout=600)
+    overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
+                 "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
+                 "launcher.requeue=true", f"data.dir={data}", f"output_dir={out}",
+                 "data.train_samples=64", "data.eval_samples=32", "train.global_batch_size=8",
+                 "train.max_epochs=3", "train.target=0.0001", "framework.threads=1"]
+    job = plan(compose(overrides), overrides=overrides)
+    script = write_script(out / "launch.sbatch", job.text)
+    submitted = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                               text=True, env=slurm, timeout=60, check=True)
+    job_id = submitted.stdout.strip().split(";")[0]
+    log = out / "result_0.txt"
+    _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
+              "epoch 2 of the first run")
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
+    ckpt = out / "checkpoints"
+    _wait_for(lambda: any(ckpt.glob("epoch_0001_step_*")), 120, "the mid-epoch checkpoint")
+    _wait_for(lambda: _job_state(job_id, slurm)[0] in ("COMPLETED", "FAILED"), 900,
+              "the requeued run to finish")
+    output = (out / f"slurm-{job_id}.out").read_text()
+    assert "resuming from" in output and "steps into epoch 2" in output, output[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs"] == 3 and [r["from_epoch"] for r in summary["resumed"]] == [1]
+    assert summary["division"] == "open" and summary["world_size"] == 2
+    starts = [json.loads(ln.split(" ", 1)[1])["metadata"]["epoch_num"]
+              for ln in log.read_text().splitlines() if '"epoch_start"' in ln]
+    assert starts == [1, 2, 3]
