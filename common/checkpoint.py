@@ -68,7 +68,7 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
     """Checkpoint after `epoch` epochs: the backend's state, the driver's, the MLLOG so far,
     then the manifest; renamed into place; older ones beyond `keep` removed."""
     root = folder(out)
-    root.mkdir(exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     name = _name(epoch, partial)
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
