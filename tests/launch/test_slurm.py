@@ -188,3 +188,56 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     starts = [json.loads(ln.split(" ", 1)[1])["metadata"]["epoch_num"]
               for ln in log.read_text().splitlines() if '"epoch_start"' in ln]
     assert starts == [1, 2, 3]
+
+
+def _pids_with(variable: bytes) -> dict[int, int]:
+    """value of `variable` → pid, over this machine's processes running sciperf."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if b"sciperf" not in (proc / "cmdline").read_bytes():
+                continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(variable + b"="):
+                found[int(item.split(b"=")[1])] = int(proc.name)
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_srun_rank_ends_the_job_with_run_stop_aborted(slurm, tmp_path: Path,
+                                                               sciperf_cmd) -> None:
+    """kill -9 of rank 1 of a 2-rank srun step: srun's --kill-on-bad-exit ends rank 0,
+    whose signal watcher leaves run_stop aborted and summary.json; all within 60 s."""
+    pytest.importorskip("torch")
+    data, out = tmp_path / "data", tmp_path / "out"
+    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
+                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
+                   check=True, capture_output=True, timeout=600)
+    overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
+                 "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
+                 f"data.dir={data}", f"output_dir={out}", "data.train_samples=64",
+                 "data.eval_samples=32", "train.global_batch_size=8", "train.max_epochs=50",
+                 "train.target=0.0001", "framework.threads=1"]
+    job = plan(compose(overrides), overrides=overrides)
+    script = write_script(out / "launch.sbatch", job.text)
+    job_id = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                            text=True, env=slurm, timeout=60, check=True).stdout.strip()
+    log = out / "result_0.txt"
+    _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
+              "epoch 2")
+    ranks = _pids_with(b"SLURM_PROCID")
+    assert set(ranks) == {0, 1}, ranks
+    os.kill(ranks[1], 9)
+    killed = time.time()
+    _wait_for(lambda: _job_state(job_id, slurm)[0] not in ("RUNNING", "COMPLETING"), 60,
+              "the job to end after its rank 1 died")
+    print(f"job ended {time.time() - killed:.1f} s after kill -9 of rank 1")
+    stops = [json.loads(ln.split(" ", 1)[1]) for ln in log.read_text().splitlines()
+             if '"run_stop"' in ln]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    assert json.loads((out / "summary.json").read_text())["status"] == "error"
