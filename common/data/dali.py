@@ -32,6 +32,14 @@ One pipeline reads one epoch of one shard:
   ``device_id`` is None. Labels leave the pipeline in their stored dtype (the adapters give
   class maps the framework's index dtype on the device: a quarter or an eighth of the bytes
   to move).
+
+DALI reads the files itself, so the value checks of the workloads' readers (NaN/Inf data,
+negative CosmoFlow counts, NaN targets, labels out of range) do not run here, and none is
+added: the pipeline stays as fast as it was. This path relies on `sciperf prepare
+data.source=existing`, which reads every sample through those checks once (and on
+`prepare` checking what it converts); stats.h5 is checked when the transform reads it.
+A bad value that still gets in stops the run at the first non-finite epoch loss, without
+naming the file.
 """
 
 from __future__ import annotations

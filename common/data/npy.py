@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+# Bytes of data read between two calls of a value check (`load_checked`): a piece this size
+# is still in the CPU cache when the check runs (512 KiB measured fastest on 16.8 MB int16,
+# 256 KiB and 1 MiB within 2 %, 2 and 4 MiB slower).
+CHECK_PIECE = 512 << 10
 _HEADER_LOCK = threading.Lock()
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
                    (2, 0): np.lib.format.read_array_header_2_0}
@@ -37,17 +42,45 @@ def load(path: str | Path) -> np.ndarray:
     Raises ValueError for a truncated file, an object array or an unknown format version
     (callers turn it into one line naming the file), OSError when it cannot be opened.
     """
+    return load_checked(path, None)[0]
+
+
+def load_checked(path: str | Path,
+                 check: Callable[[np.ndarray], bool] | None) -> tuple[np.ndarray, bool]:
+    """:func:`load`, with `check` run on the data piece by piece as it is read.
+
+    Returns (array, whether `check` held for every piece). Each piece (:data:`CHECK_PIECE`
+    bytes, flat, in the file's dtype) is checked right after it is read, while it is still
+    in the CPU cache: a value check (NaN/Inf, a sign) costs about half of what the same
+    check over the whole array costs after the read, a second trip through memory
+    (16.8 MB int16: +0.3 ms instead of +0.6 ms on a 1.4 ms read). The caller words the
+    error (it knows what the values mean); `check` must accept any dtype, the caller
+    checks the dtype after the load.
+    """
     with open(path, "rb") as fh:
         shape, fortran, dtype = _header(fh)
         if dtype.hasobject:
             raise ValueError("object arrays are not allowed")
-        count = int(np.prod(shape, dtype=np.int64))
-        flat = np.empty(count, dtype=dtype)
-        want = flat.nbytes
-        got = fh.readinto(flat.view(np.uint8)) if want else 0
-        if got != want:
-            raise ValueError(f"truncated .npy data: {got} of {want} bytes")
-    return flat.reshape(shape, order="F" if fortran else "C")
+        flat = np.empty(int(np.prod(shape, dtype=np.int64)), dtype=dtype)
+        ok = _read_into(fh, flat, check)
+    return flat.reshape(shape, order="F" if fortran else "C"), ok
+
+
+def _read_into(fh, flat: np.ndarray,  # noqa: ANN001 - binary file
+               check: Callable[[np.ndarray], bool] | None) -> bool:
+    """Fill `flat` from `fh` (ValueError if the file is short); `check` sees each piece
+    once it is read, until one fails. Without a check: one read of the whole array."""
+    raw, size = flat.view(np.uint8), max(flat.itemsize, 1)
+    step = raw.size if check is None else max(CHECK_PIECE // size, 1) * size
+    ok = True
+    for start in range(0, raw.size, max(step, 1)):
+        end = min(start + step, raw.size)
+        got = fh.readinto(raw[start:end])
+        if got != end - start:
+            raise ValueError(f"truncated .npy data: {start + got} of {raw.size} bytes")
+        if check is not None and ok:
+            ok = bool(check(flat[start // size:end // size]))
+    return ok
 
 
 def mapped(path: str | Path) -> np.ndarray:

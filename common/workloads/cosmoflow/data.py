@@ -7,11 +7,13 @@
   ``<name>.label.npy`` (float32, 4), uncompressed, read with one memcpy.
 
 Framework loaders call :func:`list_samples` and :func:`read_sample`; no second definition
-of either format exists anywhere.
+of either format exists anywhere. Every read also checks the values (counts ≥ 0, finite
+targets) at the cost of one vectorised min over data the read already holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,29 +34,58 @@ split_dir, list_samples = LAYOUT.split_dir, LAYOUT.list_samples
 
 
 def read_sample(path: Path, fmt: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file."""
+    """One sample as (int16 array of `shape`, float32 (4,)); bad files raise naming the file.
+
+    Bad values too (:func:`check_values`): a negative count or a NaN target would
+    otherwise train at `loss nan` with nothing pointing at the file.
+    """
     LAYOUT.check_format(fmt)
     if fmt == "tfrecord":
         try:
-            return tfrecord.read_sample(path, tuple(shape))
+            x, y = tfrecord.read_sample(path, tuple(shape))
         except (TFRecordError, OSError) as exc:
             raise SciperfError(str(exc)) from exc
-    x = _load_npy(path, np.dtype(spec.SAMPLE_DTYPE), tuple(shape))
-    y = _load_npy(label_path(path), np.float32, (spec.TARGET_SIZE,))
+        check_values(path, x, non_negative(x), path, y)
+        return x, y
+    # npy: the sign check runs on each piece as it is read (cache-hot, sciperf.data.npy)
+    x, counts_ok = _load_npy(path, np.dtype(spec.SAMPLE_DTYPE), tuple(shape), non_negative)
+    y, _ = _load_npy(label_path(path), np.float32, (spec.TARGET_SIZE,))
+    check_values(path, x, counts_ok, label_path(path), y)
     return x, y
 
 
-def _load_npy(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-    """np.load with the checks a corrupt or foreign file needs."""
+def non_negative(counts: np.ndarray) -> bool:
+    """Whether every count is ≥ 0 (one vectorised min): the input transform is log1p, so
+    a count of −1 becomes −Inf and anything lower NaN. Other dtypes pass here and fail the
+    dtype check after the load."""
+    return counts.dtype.kind not in "iuf" or counts.size == 0 or bool(counts.min() >= 0)
+
+
+def check_values(path: Path, x: np.ndarray, counts_ok: bool, labels: Path,
+                 y: np.ndarray) -> None:
+    """One line naming the file for negative counts in `x` (`counts_ok` is
+    :func:`non_negative` of it, already computed) or NaN/Inf in the targets `y` (read from
+    `labels`: the npy label file, or the TFRecord itself)."""
+    if not counts_ok:
+        raise SciperfError(f"{path}: counts hold negative values (min {int(x.min())}); "
+                           "CosmoFlow counts are ≥ 0")
+    if not np.isfinite(y).all():
+        raise SciperfError(f"{labels}: targets y hold NaN or Inf {y.tolist()}")
+
+
+def _load_npy(path: Path, dtype: type, shape: tuple[int, ...],
+              check: Callable[[np.ndarray], bool] | None = None) -> tuple[np.ndarray, bool]:
+    """np.load with the checks a corrupt or foreign file needs; (array, whether `check`
+    held on every piece of it, see ``sciperf.data.npy.load_checked``)."""
     try:
-        arr = npy.load(path)  # thread-safe header parse (loader threads)
+        arr, ok = npy.load_checked(path, check)  # thread-safe header parse (loader threads)
     except (OSError, ValueError, EOFError) as exc:
         raise SciperfError(f"cannot read {path}: {exc}") from exc
     if arr.dtype != dtype or arr.shape != shape:
         raise SciperfError(
             f"{path}: expected {np.dtype(dtype).name} {shape}, found {arr.dtype} {arr.shape}"
         )
-    return arr
+    return arr, ok
 
 
 def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray) -> Path:

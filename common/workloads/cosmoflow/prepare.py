@@ -1,4 +1,5 @@
-"""CosmoFlow's `sciperf prepare` sources: synthetic universes, or an existing dataset."""
+"""CosmoFlow's `sciperf prepare` sources: synthetic universes, or an existing dataset (every
+sample read and checked)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.data.layout import check_writable
+from sciperf.data.loader import BatchLoader
+from sciperf.data.sharding import shard
+from sciperf.distributed import discover
+from sciperf.progress import Progress
 from sciperf.workloads.cosmoflow import synthetic
-from sciperf.workloads.cosmoflow.data import list_samples
+from sciperf.workloads.cosmoflow.data import SampleReader, list_samples
 
 
 def _request(cfg: Any) -> synthetic.GenerateRequest:
@@ -31,10 +36,29 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
 
 
 def verify_existing(cfg: Any, force: bool = False) -> None:
-    """An existing dataset: both splits hold the requested samples."""
+    """An existing dataset: both splits hold the requested samples, and every sample reads
+    and passes the reader's checks (shape, counts ≥ 0, finite targets): one read of the
+    dataset, each rank of a launched prepare its strided share. The DALI loader reads the
+    npy files itself, without these checks, and relies on this pass (sciperf.data.dali)."""
+    info = discover()
+    fmt = str(cfg.data.format)
+    reader = SampleReader(fmt, (int(cfg.model.input_size),) * 3 + (int(cfg.model.in_channels),))
+    share = f"rank {info.rank}'s share" if info.world > 1 else "every sample"
     for split, n in (("train", cfg.data.train_samples), ("validation", cfg.data.eval_samples)):
-        files = list_samples(cfg.data.dir, split, cfg.data.format, n)
-        print(f"{cfg.data.dir}/{split}: {len(files)} {cfg.data.format} samples")
+        files = list_samples(cfg.data.dir, split, fmt, n)
+        _read_all(shard(files, info.rank, info.world), reader, int(cfg.data.prepare_workers),
+                  f"checking {split}")
+        print(f"{cfg.data.dir}/{split}: {len(files)} {fmt} samples ({share} read and checked)")
+
+
+def _read_all(files: list[Path], reader: SampleReader, workers: int, label: str) -> None:
+    """Read `files` for the reader's checks alone: `workers` threads, a bounded window of
+    samples in memory (the common loader, file order, one sample a batch)."""
+    loader = BatchLoader(files, reader, 1, shuffle=False, prefetch=workers, workers=workers,
+                         remainder="keep")
+    bar = Progress(len(files), label)
+    for _ in loader.epoch(0):
+        bar.update()
 
 
 SOURCES = {"synthetic": prepare_synthetic, "existing": verify_existing}

@@ -221,7 +221,7 @@ def test_progress_output(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 def _cfg(root: Path, *extra: str):
     return compose(["experiment=mini", f"data.dir={root}", "data.train_samples=4",
-                    "data.eval_samples=2", "model.input_size=8", "seed=3", *extra])
+                    "data.eval_samples=2", "model.input_size=16", "seed=3", *extra])
 
 
 def _mtimes(root: Path) -> dict[str, int]:
