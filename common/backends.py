@@ -109,6 +109,11 @@ class Backend(ABC):
         this model."""
         raise SciperfError(f"framework {self.name} cannot resume from checkpoints")
 
+    def peer_lost(self, exc: BaseException) -> str | None:
+        """One line when `exc` means another rank died or hung (the driver then ends the
+        run with that line instead of a traceback); None otherwise."""
+        return None
+
     def barrier(self) -> None:
         """Wait for every rank; single-process backends need nothing."""
         return None
@@ -143,6 +148,11 @@ class FrameworkBackend(Backend):
     def close(self) -> None:
         """Release the process group."""
         self.comm.close()
+
+    def peer_lost(self, exc: BaseException) -> str | None:
+        """The collectives' reading of `exc` (``Comm.peer_lost``)."""
+        comm = getattr(self, "comm", None)
+        return comm.peer_lost(exc) if comm is not None else None
 
     def peak_flops(self, precision: str) -> float:
         """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""

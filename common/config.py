@@ -106,7 +106,7 @@ class DistributedConfig:
     """How ranks talk: the framework's native stack (DDP / TF) or Horovod."""
 
     backend: str = "native"  # native | horovod
-    timeout_s: int = 60  # a lost peer ends the job after this long, never a hang
+    timeout_s: int = 45  # a lost or hung peer ends the job after this long, never a hang
 
 
 @dataclass

@@ -246,9 +246,16 @@ def _instance_leader(info: RankInfo, leader_node: int, env: Mapping[str, str]) -
                        f"the host of node {leader_node} (run under Slurm)")
 
 
-def init_horovod(hvd: object, info: RankInfo) -> None:
+def init_horovod(hvd: object, info: RankInfo, timeout_s: int | None = None) -> None:
     """hvd.init for the whole job, or for this rank's instance (an MPI sub-communicator
-    given as the instance's job ranks, which needs Horovod built with MPI)."""
+    given as the instance's job ranks, which needs Horovod built with MPI).
+
+    With `timeout_s`, Horovod shuts down when a rank has not joined a collective for that
+    long (its stall shutdown, off by default: a stopped rank would hang the job forever),
+    unless the environment sets it already."""
+    if timeout_s:
+        os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(max(timeout_s // 2, 1)))
+        os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(timeout_s))
     if info.instances == 1:
         hvd.init()  # type: ignore[attr-defined]
         return

@@ -10,3 +10,9 @@ class SciperfError(Exception):
     """A user-facing error: the message names the file or key and says what is wrong."""
 
     exit_code = 2
+
+
+class PeerLostError(SciperfError):
+    """Another rank died or stopped answering: not the user's input, so exit code 1."""
+
+    exit_code = 1

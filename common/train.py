@@ -27,7 +27,7 @@ from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
 from sciperf.distributed import RankInfo, discover, split_instances
-from sciperf.errors import SciperfError
+from sciperf.errors import PeerLostError, SciperfError
 from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
 from sciperf.results.mllog import MLLogger
@@ -188,6 +188,9 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
             _run(cfg, info, workload, mll, state, out)
     except BaseException as exc:
         closer()
+        lost = state.backend.peer_lost(exc) if state.backend is not None else None
+        if lost:  # one line, not the collective's traceback
+            raise PeerLostError(f"{lost}; {closer.line()}") from None
         # what this rank left behind, for the CLI's last line (a peer's death must not
         # claim a record that only rank 0 writes)
         exc.sciperf_records = closer.line()  # type: ignore[attr-defined]

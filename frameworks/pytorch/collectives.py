@@ -16,18 +16,23 @@ import torch.distributed as dist
 from sciperf.distributed import RankInfo, init_horovod
 from sciperf.errors import SciperfError
 
+# what a lost peer looks like in the collectives' errors (gloo, NCCL, Horovod)
+PEER_SIGNS = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer",
+              "Broken pipe", "Horovod has been shut down", "stall", "NCCL communicator was aborted")
+
 
 class Comm:
     """Collectives of one data-parallel group (a no-op group for one process)."""
 
     def __init__(self, info: RankInfo, backend: str, device: torch.device, timeout_s: int):
         self.info, self.kind, self.device = info, backend, device
+        self.timeout_s = timeout_s
         self.hvd = None
         if info.world == 1 and backend == "native":
             return
         if backend == "horovod":
             self.hvd = _horovod()
-            init_horovod(self.hvd, info)
+            init_horovod(self.hvd, info, timeout_s)
             if (self.hvd.rank(), self.hvd.size()) != (info.rank, info.world):
                 raise SciperfError(
                     f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "
@@ -131,6 +136,18 @@ class Comm:
             self.hvd.allreduce(torch.zeros(1), name="sciperf.barrier")
         else:
             dist.barrier()
+
+    def peer_lost(self, exc: BaseException) -> str | None:
+        """One line when `exc` says a peer rank died or stopped answering (gloo's timeout or
+        closed connection, NCCL's watchdog, Horovod's shutdown); None for anything else."""
+        text = str(exc)
+        first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
+        if not self.active or not isinstance(exc, RuntimeError):
+            return None
+        if not any(sign in text for sign in PEER_SIGNS):
+            return None
+        return (f"a peer rank stopped responding or died; rank {self.info.rank} gave up "
+                f"after distributed.timeout_s={self.timeout_s} ({first})")
 
     def close(self) -> None:
         """Tear the group down so the process can exit promptly."""

@@ -12,12 +12,17 @@ import tensorflow as tf
 from sciperf.distributed import RankInfo, init_horovod
 from sciperf.errors import SciperfError
 
+# what a lost peer looks like in Horovod's errors
+PEER_SIGNS = ("Horovod has been shut down", "stall", "Timed out", "timed out",
+              "Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
 
 class Comm:
     """Collectives of one data-parallel group (a no-op group for one process)."""
 
     def __init__(self, info: RankInfo, backend: str, device: object, timeout_s: int):
         self.info, self.kind, self.device = info, backend, device
+        self.timeout_s = timeout_s
         self.hvd = None
         if backend == "native":
             if info.world > 1:
@@ -26,7 +31,7 @@ class Comm:
                     "distributed.backend=horovod (native TF multi-worker is not supported)")
             return
         self.hvd = _horovod()
-        init_horovod(self.hvd, info)
+        init_horovod(self.hvd, info, timeout_s)
         if (self.hvd.rank(), self.hvd.size()) != (info.rank, info.world):
             raise SciperfError(
                 f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "
@@ -71,6 +76,16 @@ class Comm:
     def close(self) -> None:
         """Nothing to release: Horovod shuts down at process exit."""
         return None
+
+    def peer_lost(self, exc: BaseException) -> str | None:
+        """One line when `exc` says a peer rank died or stopped answering (Horovod's stall
+        shutdown or a broken connection); None for anything else."""
+        text = str(exc)
+        if not self.active or not any(sign in text for sign in PEER_SIGNS):
+            return None
+        first = text.strip().splitlines()[0][:200]
+        return (f"a peer rank stopped responding or died; rank {self.info.rank} gave up "
+                f"after distributed.timeout_s={self.timeout_s} ({first})")
 
 
 def _horovod():

@@ -159,3 +159,41 @@ def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path, case):
              if '"key": "run_stop"' in ln]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted", agent.stderr.read()
     assert json.loads((out / "summary.json").read_text())["status"] == "error"
+
+
+def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path):
+    """SIGSTOP of rank 1 (a hung node) under `sciperf launch launcher=local`: rank 0's
+    collective times out after distributed.timeout_s (45 s), it writes run_stop aborted
+    and ends in ONE line naming the cause, and the supervisor stops the job — all within
+    60 s. (torchrun adds its own 30 s SIGTERM→SIGKILL grace for the stopped rank; Horovod
+    cannot see a stopped rank at all — its coordinator waits inside MPI — README.)"""
+    out = tmp_path / "hang"
+    cmd = [str(BIN / "sciperf"), "launch", "launcher=local", "launcher.nprocs=2",
+           "experiment=mini", "train.max_epochs=500", "data.train_samples=64",
+           "data.eval_samples=32", "train.global_batch_size=8", "train.target=0.0001",
+           "framework.threads=1", f"data.dir={data}", f"output_dir={out}"]
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "result_0.txt"
+    deadline = time.time() + 300
+    while time.time() < deadline and '"epoch_num": 2' not in (log.read_text()
+                                                               if log.exists() else ""):
+        time.sleep(0.2)
+    ranks = _rank_pids(b"RANK", agent.pid)
+    assert set(ranks) == {0, 1}, ranks
+    os.kill(ranks[1], signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        _, stderr = agent.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.kill(ranks[1], signal.SIGKILL)
+        agent.kill()
+        pytest.fail("the job still ran 90 s after rank 1 hung")
+    ended = time.time() - stopped
+    print(f"the job ended {ended:.1f} s after SIGSTOP of rank 1")
+    assert ended < 60 and agent.returncode != 0
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train:")]
+    assert len(errors) == 1 and "a peer rank stopped responding" in errors[0], stderr[-3000:]
+    assert "Traceback" not in stderr
+    stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
+             if '"key": "run_stop"' in ln]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
