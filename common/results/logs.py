@@ -272,22 +272,6 @@ def tree_place(path: Path) -> TreePlace | None:
     return None
 
 
-def summary_for(path: Path) -> dict[str, Any] | None:
-    """The sciperf summary written beside an MLLOG file (summary_<i>.json in throughput
-    mode, else summary.json), None for published logs or when unreadable."""
-    index = path.stem.split("_", 1)[-1]
-    for name in (f"summary_{index}.json", "summary.json"):
-        file = path.parent / name
-        if file.is_file():
-            try:
-                data = json.loads(file.read_text())
-            except (OSError, ValueError):
-                return None
-            if isinstance(data, dict) and data.get("result_file", path.name) == path.name:
-                return data
-    return None
-
-
 def quality_target(benchmark: str) -> tuple[str, float, bool] | None:
     """(metric key, target, higher is better) of a benchmark.
 

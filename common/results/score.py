@@ -47,10 +47,10 @@ from sciperf.results.logs import (
     RunLog,
     _result_index,
     parse_log,
-    summary_for,
     tree_place,
 )
 from sciperf.results.mllog import RULESET
+from sciperf.results.summary import summary_beside
 
 MAX_DROPPED = 1  # olympic scoring: one non-converged run may be the dropped slowest
 
@@ -514,7 +514,7 @@ def _load(paths: list[Path], ruleset: str) -> list[Run]:
     """Parse and check `paths` (the official checker decides convergence)."""
     logs = [parse_log(p) for p in paths]
     checked = _check_all(paths, ruleset)
-    return [Run(log, ok, problem, None if tree_place(log.path) else summary_for(log.path))
+    return [Run(log, ok, problem, None if tree_place(log.path) else summary_beside(log.path))
             for log, (ok, problem) in zip(logs, checked, strict=True)]
 
 

@@ -172,8 +172,8 @@ def load_summary(path: str | Path, required: Iterable[str] = ()) -> dict[str, An
 def summary_beside(log: Path) -> dict[str, Any] | None:
     """The checked summary sciperf wrote beside an MLLOG file (summary_<i>.json in
     throughput mode, else summary.json); None when there is none for this log (published
-    logs). The same files `sciperf.results.logs.summary_for` looks at, but a corrupt one is
-    an error here, not a silent None: a report must not show a wrong table."""
+    logs). A corrupt one is an error, not a silent None: a report or a score must not show
+    a wrong table."""
     index = log.stem.split("_", 1)[-1]
     for name in (f"summary_{index}.json", SUMMARY_FILE):
         file = log.parent / name

@@ -122,3 +122,13 @@ def test_unusable_out_is_one_line(verb, where, run_dir, sciperf_cmd, tmp_path):
     line = _one_error_line(sciperf_cmd, _args(verb, run_dir, out))
     assert str(out) in line, line
     assert sorted(tmp_path.rglob("*")) == before and blocker.read_text() == "keep"
+
+
+@pytest.mark.parametrize("case", ["unparseable", "string-rate", "bare-nan"])
+def test_score_refuses_a_bad_summary_beside_a_run(case, base, run_dir, sciperf_cmd):
+    """score reads a run's summary too (its instance count and rates): a corrupt one is an
+    error naming it, not a silently different score."""
+    text, said = next((t, s) for c, t, s, _ in CASES if c == case)
+    (run_dir / "summary.json").write_text(text(base))
+    line = _one_error_line(sciperf_cmd, ["score", str(run_dir)])
+    assert "run/summary.json" in line and said in line, line
