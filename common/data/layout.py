@@ -103,3 +103,14 @@ def check_output_dir(path: Path, what: str = "--out", *, aside: bool = False) ->
         raise SciperfError(f"{what}{path} cannot be written (making a folder in {base} "
                            f"failed: {exc.strerror or exc})") from None
     os.rmdir(probe)
+
+
+def aside_dir(dest: Path) -> Path:
+    """An empty sibling folder to build `dest` in before renaming it into place, with the
+    mode a plain mkdir would give (mkdtemp makes 0700: a report or submission tree others
+    on a shared system must read would stay private)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)
+    return tmp

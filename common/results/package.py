@@ -20,12 +20,11 @@ import os
 import platform
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import check_output_dir
+from sciperf.data.layout import aside_dir, check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
 from sciperf.results.score import required_runs
@@ -193,7 +192,7 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     layout = plan(runs)
     desc = system_description(system, runs)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp = aside_dir(dest)
     try:
         for (mode, benchmark), logs in layout.items():
             folder = tmp / "results" / system / mode / benchmark

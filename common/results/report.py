@@ -20,13 +20,12 @@ import base64
 import html
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import check_output_dir
+from sciperf.data.layout import aside_dir, check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import RunLog, find_logs, quality_target, tree_place
 from sciperf.results.mllog import RULESET
@@ -359,7 +358,7 @@ def report(targets: Sequence[str | Path], out: str | Path, ruleset: str = RULESE
         raise SciperfError(f"{out} exists and is not a sciperf report directory")
     check_output_dir(out, aside=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = aside_dir(out)
     try:
         blocks = build(targets, tmp, ruleset)
         (tmp / "report.md").write_text(_md(blocks))

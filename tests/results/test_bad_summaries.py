@@ -9,6 +9,7 @@ field, never a traceback and never a report with the run silently dropped into a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -132,3 +133,16 @@ def test_score_refuses_a_bad_summary_beside_a_run(case, base, run_dir, sciperf_c
     (run_dir / "summary.json").write_text(text(base))
     line = _one_error_line(sciperf_cmd, ["score", str(run_dir)])
     assert "run/summary.json" in line and said in line, line
+
+
+@pytest.mark.parametrize("verb", ("report", "package"))
+def test_built_aside_trees_get_a_plain_folders_mode(verb, run_dir, sciperf_cmd, tmp_path):
+    """Built in a temporary sibling and renamed: the folder must not stay mkdtemp's 0700
+    (others on a shared system read reports and submission trees)."""
+    out = tmp_path / "out"
+    subprocess.run([*sciperf_cmd, *_args(verb, run_dir, out)], capture_output=True,
+                   text=True, check=False, timeout=300)
+    assert out.is_dir()
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~mask
