@@ -73,6 +73,7 @@ class RunState:
     resume_from: checkpoint.Found | None = None  # the checkpoint this run continues
     progress: EpochProgress | None = None  # the resumed epoch's part trained before
     checkpointed: bool = False  # stopped mid-epoch on request, checkpoint written
+    t0: float = 0.0  # wall time the run began (init_start)
     resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume so far
 
 
@@ -172,7 +173,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         mll.init_start()
         mll.submission(workload.name, cfg.system, nodes=info.nodes)
     state = RunState(world=world, image=image)
-    state.resume_from = found
+    state.resume_from, state.t0 = found, t0
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
         with _shielded():
@@ -231,6 +232,10 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
     if not staged_in_run and found is None:
         state.run_start = time.time()
         mll.start("run_start")
+    # a record that survives what nothing can catch (the OOM killer's SIGKILL): until the
+    # end overwrites it, summary.json says the run was running
+    _write_summary(out, cfg, workload, backend, state, "running", state.t0, state.run_start,
+                   info)
     _loop(cfg, workload, backend, mll, state, info)
     backend.barrier()
     if cfg.train.save_weights:

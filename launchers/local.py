@@ -54,6 +54,11 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+# a rank that gets SIGKILL from nobody it knows: most often the kernel's OOM killer
+KILLED_HINT = (" (SIGKILL: out of memory? the kernel's OOM killer leaves no other trace — "
+               "`dmesg | grep -i oom`; lower train.global_batch_size or use more ranks)")
+
+
 def run_local(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
               grace_s: float = 5.0, poll_s: float = 0.1) -> int:
     """Start every (argv, env) at once; return 0 when all succeed, else the first failure.
@@ -82,7 +87,8 @@ def run_local(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
                     rank, code = failed[0]
                     status = exit_code(code)
                     rest = "; stopping the other ranks" if len(procs) > 1 else ""
-                    print(f"sciperf launch: rank {rank} exited with status {status}{rest}",
+                    why = KILLED_HINT if code == -signal.SIGKILL else ""
+                    print(f"sciperf launch: rank {rank} exited with status {status}{why}{rest}",
                           file=sys.stderr, flush=True)
                 else:
                     status = 128 + caught[0]

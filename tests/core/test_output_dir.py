@@ -138,3 +138,38 @@ def test_only_the_writing_rank_claims_a_record_on_abort(tmp_path: Path) -> None:
     assert _records_line(tmp_path, RankInfo(), 5.0) == \
         f"run_stop aborted and summary.json written to {tmp_path}"
     assert _records_line(tmp_path, RankInfo(), None).endswith("(stopped before run_start)")
+
+
+def test_a_run_killed_without_warning_leaves_a_running_record(sciperf_cmd, tiny_mini_data,
+                                                              tmp_path: Path) -> None:
+    """SIGKILL (the OOM killer's) cannot be caught: from run_start on, summary.json says
+    `running` until the end replaces it, so a dead run is told from one never started;
+    `sciperf launch` names the likely cause."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    cmd = [*sciperf_cmd, "launch", "launcher=local", "launcher.nprocs=1", *TRAIN[1:],
+           "train.max_epochs=500", "train.target=0.0001", f"data.dir={tiny_mini_data}",
+           f"output_dir={out}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = out / "result_0.txt"
+    deadline = time.time() + 300
+    while time.time() < deadline and '"epoch_num": 2' not in (log.read_text()
+                                                               if log.exists() else ""):
+        time.sleep(0.1)
+    ranks = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+             and _child_of(int(p.name), proc.pid)]
+    assert ranks, "the rank was not found"
+    os.kill(ranks[0], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert "rank 0 exited with status 137 (SIGKILL: out of memory?" in stderr, stderr
+    assert _strict_json(out / "summary.json")["status"] == "running"
+    assert '"run_stop"' not in log.read_text()
+
+
+def _child_of(pid: int, parent: int) -> bool:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().split()[3]) == parent
+    except (OSError, ValueError, IndexError):
+        return False
