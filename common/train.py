@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__, checkpoint, output
+from sciperf import __version__, checkpoint, memory, output
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
@@ -158,6 +158,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         workload.check_run(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
+    if not int(cfg.system.accelerators_per_node):  # CPU: the OOM killer leaves no trace
+        _check_memory(cfg, workload, info)
     out = Path(cfg.output_dir)
     found = _resume_point(cfg, out, info)
     output.claim(out, bool(cfg.train.overwrite), rank == 0, info.instance, info.instances,
@@ -240,6 +242,23 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
     backend.barrier()
     if cfg.train.save_weights:
         save_npz(out / weights_file(info), backend.export_weights())
+
+
+def _check_memory(cfg: Any, workload: Workload, info: RankInfo) -> None:
+    """Refuse a local batch whose lower-bound memory exceeds this rank's share of the
+    node (sciperf.memory), counted on the data's own graphs where the data sets the cost."""
+    model = workload.model_spec(cfg)
+    if workload.flops_on_data is not None:
+        samples = workload.dataset.list_samples(cfg.data.dir, "train", cfg.data.format, 0)
+        layers, _ = workload.flops_on_data(model, Path(cfg.data.dir), str(cfg.data.format),
+                                           samples[:64])
+    elif workload.flops is not None:
+        layers = workload.flops(model)
+    else:
+        return
+    memory.check(layers, str(cfg.precision),
+                 local_batch_size(cfg.train.global_batch_size, info.world), info.local_size,
+                 f"workload={workload.name} experiment={cfg.experiment}")
 
 
 def _resume_point(cfg: Any, out: Path, info: RankInfo) -> checkpoint.Found | None:

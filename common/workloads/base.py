@@ -114,12 +114,14 @@ class DaliFormat:
 @dataclass(frozen=True)
 class Layer:
     """One weight layer as characterize counts it: multiply-adds per sample (0 for norms
-    and affines) and trainable parameters."""
+    and affines), trainable parameters, and the elements of its output per sample (what
+    training keeps for the backward pass: the memory check's lower bound)."""
 
     name: str
     kind: str
     macs: int
     params: int
+    outputs: int = 0
 
 
 def _no_check(cfg: Any) -> None:

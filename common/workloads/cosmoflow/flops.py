@@ -15,8 +15,9 @@ def layers(model: ModelSpec) -> list[Layer]:
     for name, shape in model.layer_shapes().items():
         n_weights = math.prod(shape)
         if name.startswith("conv"):
-            out.append(Layer(name, "conv3d", side**3 * n_weights, n_weights + shape[-1]))
+            out.append(Layer(name, "conv3d", side**3 * n_weights, n_weights + shape[-1],
+                             side**3 * shape[-1]))
             side //= 2
         else:
-            out.append(Layer(name, "dense", n_weights, n_weights + shape[-1]))
+            out.append(Layer(name, "dense", n_weights, n_weights + shape[-1], shape[-1]))
     return out

@@ -21,26 +21,28 @@ def layers(model: ModelSpec) -> list[Layer]:
     """
     first_block = model.blocks()[0].name
     factor, factor_after = 1, {}  # factor_after: name prefix ("block1") → factor after it
-    out = []
+    out, produced = [], _positions(model, 1)
     for spec in model.layers():
         kernel = spec.weight_shapes().get(f"{spec.name}/kernel")
-        if kernel is None:  # norm, affine
+        if kernel is None:  # norm, affine: no multiply-adds; normalise the map just made
             positions = 0
         elif spec.name == "gpool_conv":
-            positions = 1
+            positions = produced = 1
         elif spec.name == "low_conv":
-            positions = _positions(model, factor_after[first_block])
-        elif spec.kind == "deconv":
+            positions = produced = _positions(model, factor_after[first_block])
+        elif spec.kind == "deconv":  # counted over its input, produces the larger map
             positions = _positions(model, factor)
             factor //= spec.stride
+            produced = _positions(model, factor)
         elif spec.name.endswith("_skip"):
-            positions = _positions(model, factor * spec.stride)
+            positions = produced = _positions(model, factor * spec.stride)
         else:
             factor *= spec.stride
-            positions = _positions(model, factor)
+            positions = produced = _positions(model, factor)
         factor_after[spec.name.split("_")[0]] = factor
         macs = positions * math.prod(kernel) if kernel else 0
-        out.append(Layer(spec.name, spec.kind, macs, spec.parameter_count()))
+        out.append(Layer(spec.name, spec.kind, macs, spec.parameter_count(),
+                         produced * spec.cout))
     return out
 
 

@@ -98,8 +98,9 @@ def layers_for(model: ModelSpec, atoms: float, edges: float, triplets: float) ->
         count = sum(math.prod(shape) for shape in params.values())
         kernel = params.get("kernel")
         if kernel is not None:
-            out.append(Layer(layer, "dense", round(_rows(layer, sizes) * math.prod(kernel)),
-                             count))
+            rows = _rows(layer, sizes)
+            out.append(Layer(layer, "dense", round(rows * math.prod(kernel)), count,
+                             round(rows * kernel[-1])))
         elif "embeddings" in params:
             out.append(Layer(layer, "embedding", 0, count))
         else:  # the trainable radial frequencies
