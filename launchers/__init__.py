@@ -13,10 +13,12 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sciperf.errors import SciperfError
+from sciperf.output import run_records, usable
 from sciperf.results.throughput import throughput
 
 from .compose import Plan, Program, command, default_program, plan
@@ -72,6 +74,21 @@ def _report_throughput(output_dir: str, instances: int) -> None:
         print(f"sciperf launch: no throughput score: {exc}", file=sys.stderr)
 
 
+def _check_output(cfg: Any, out: Path, dry: bool) -> None:
+    """output_dir takes the job script, and (for a real submission) holds no earlier run the
+    job would refuse after its wait in the queue — unless it overwrites or resumes it."""
+    usable(out)
+    if dry or cfg.train.overwrite or cfg.train.resume == "auto" or \
+            OmegaConf.select(cfg, "launcher.requeue", default=False):
+        return
+    found = run_records(out)
+    if found:
+        names = ", ".join(p.name for p in found[:4])
+        raise SciperfError(f"output_dir={out} already holds a run ({names}): the job would "
+                           "refuse it after its wait in the queue; use a new directory, "
+                           "train.overwrite=true or train.resume=auto")
+
+
 def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
            program: Program | None = None, *, as_root: bool | None = None) -> int:
     """Render the job for `cfg`; unless `cfg.dry_run`, submit it (Slurm) or start it.
@@ -82,6 +99,8 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
     """
     job = plan(cfg, overrides, program, as_root=as_root)
     dry = bool(cfg.get("dry_run", False))
+    if job.kind != "local":  # the script goes there: a bad path is one line, now
+        _check_output(cfg, Path(job.output_dir), dry or program is not None)
     if not dry and program is None and not Path(job.program.data_dir or "").is_dir():
         raise SciperfError(f"data.dir={job.program.data_dir} does not exist "
                            f"(run `sciperf prepare` first)")

@@ -425,3 +425,19 @@ def test_mpirun_ranks_yield_only_on_cpu_nodes() -> None:
     yield_flag = "--mca mpi_yield_when_idle 1"
     assert yield_flag not in _plan("mpirun", "none").text  # perlmutter-like: 4 GPUs a node
     assert yield_flag in _plan("mpirun", "none", "system.accelerators_per_node=0").text
+
+
+def test_launch_checks_output_dir_before_rendering_or_submitting(tmp_path: Path) -> None:
+    """The job script goes to output_dir: a path that cannot take it is one line; a
+    submission into a folder holding a run is refused now, not after the queue wait."""
+    def run(out: Path | str, *extra: str) -> None:
+        overrides = [*_overrides("srun", "none"), f"output_dir={out}", *extra]
+        launch(compose(overrides), overrides=overrides)
+
+    with pytest.raises(SciperfError, match="^output_dir=/proc/sciperf-x cannot be written"):
+        run("/proc/sciperf-x", "dry_run=true")
+    (tmp_path / "result_0.txt").write_text("old")
+    with pytest.raises(SciperfError, match="already holds a run \\(result_0.txt\\): the job"):
+        run(tmp_path)
+    run(tmp_path, "dry_run=true")  # rendering alone is fine
+    assert (tmp_path / "launch.sbatch").is_file()
