@@ -197,3 +197,43 @@ def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path):
     stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
              if '"key": "run_stop"' in ln]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+
+
+def test_a_hung_horovod_rank_ends_the_pytorch_job_in_one_line(data, tmp_path):
+    """Horovod cannot time out a stopped rank (its coordinator waits inside MPI): the hang
+    watchdog (sciperf.heartbeat) ends rank 0 once no step or evaluation batch has ended
+    for distributed.timeout_s, with run_stop aborted and one line."""
+    reason = _horovod_ready()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "hvd-hang"
+    cmd = ["mpirun", "-np", "2", "--bind-to", "none", str(BIN / "sciperf"), "train",
+           "experiment=mini", "train.max_epochs=500", "data.train_samples=64",
+           "data.eval_samples=32", "train.global_batch_size=8", "train.target=0.0001",
+           "framework.threads=1", "distributed.backend=horovod", f"data.dir={data}",
+           f"output_dir={out}"]
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **MPI_ENV})
+    log = out / "result_0.txt"
+    deadline = time.time() + 300
+    while time.time() < deadline and '"epoch_num": 2' not in (log.read_text()
+                                                               if log.exists() else ""):
+        time.sleep(0.2)
+    ranks = _rank_pids(b"OMPI_COMM_WORLD_RANK", agent.pid)
+    assert set(ranks) == {0, 1}, ranks
+    os.kill(ranks[1], signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        _, stderr = agent.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.kill(ranks[1], signal.SIGKILL)
+        agent.kill()
+        pytest.fail("the Horovod job still ran 90 s after rank 1 hung")
+    print(f"the Horovod job ended {time.time() - stopped:.1f} s after SIGSTOP of rank 1")
+    assert time.time() - stopped < 60
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train: error: no "
+                                                                 "training step ended")]
+    assert any("run_stop aborted and summary.json written" in ln for ln in lines), stderr
+    stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
+             if '"key": "run_stop"' in ln]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
