@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__, checkpoint, heartbeat, memory, output
+from sciperf import __version__, checkpoint, memory, output
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
@@ -187,8 +187,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
     closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
     try:
-        with _signal_watcher(closer), _stop_on_usr1(bool(cfg.train.checkpoint_every)), \
-                _hang_watchdog(cfg, info, closer):
+        with _signal_watcher(closer), _stop_on_usr1(bool(cfg.train.checkpoint_every)):
             _run(cfg, info, workload, mll, state, out)
     except BaseException as exc:
         closer()
@@ -411,36 +410,6 @@ def _signal_watcher(closer: _Closer) -> Iterator[None]:
             os.close(read_fd)
 
 
-@contextlib.contextmanager
-def _hang_watchdog(cfg: Any, info: RankInfo, closer: _Closer) -> Iterator[None]:
-    """Horovod runs with several ranks: a stopped peer leaves this rank waiting inside MPI,
-    where nothing times out. When no training step has ended for longer than
-    distributed.timeout_s and four times the slowest step (sciperf.heartbeat), write the
-    closing records and end the process with one line."""
-    heartbeat.reset()
-    if info.world < 2 or cfg.distributed.backend != "horovod":
-        yield
-        return
-    limit, done = float(cfg.distributed.timeout_s), threading.Event()
-
-    def watch() -> None:
-        while not done.wait(1.0):
-            gap = heartbeat.silent_for(limit)
-            if gap is not None and closer():
-                print(f"sciperf train: error: no training step ended for {gap:.0f} s (a peer "
-                      f"rank stopped responding or died; distributed.timeout_s={limit:g}); "
-                      f"{closer.line()}", file=sys.stderr, flush=True)
-                os._exit(1)
-
-    thread = threading.Thread(target=watch, daemon=True, name="sciperf-hang-watchdog")
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=2)
-
-
 def _watch(read_fd: int, closer: _Closer) -> None:
     """The watcher thread's loop (see :func:`_signal_watcher`)."""
     while True:
@@ -507,7 +476,6 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         lr = workload.lr_for_epoch(cfg, epoch)
         if progress is None:  # a resumed epoch's epoch_start is in the log already
             mll.start("epoch_start", metadata={"epoch_num": num})
-        heartbeat.phase()
         result: EpochResult = backend.train_epoch(epoch, lr, resume=progress, stop=stop)
         progress = None
         if result.stopped is not None:  # SIGUSR1: checkpoint here, end the run
@@ -518,7 +486,6 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         mll.end("epoch_stop", metadata={"epoch_num": num})
         mll.start("eval_start", metadata={"epoch_num": num})
         t_eval = time.time()
-        heartbeat.phase()
         metric = float(backend.evaluate())
         eval_s = time.time() - t_eval
         _finite(metric, workload.metric.key, num, workload)

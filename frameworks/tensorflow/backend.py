@@ -35,7 +35,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sciperf import heartbeat
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
@@ -260,7 +259,6 @@ class WorkloadBackend(FrameworkBackend):
         steps, samples = done.steps, done.samples
         for x, y in itertools.islice(self.batches(self.train_loader, epoch), done.steps, None):
             loss = self.train_step(x, y)
-            heartbeat.beat()
             total += loss
             n = self.batch_size(x)
             steps, samples = steps + 1, samples + n
@@ -290,7 +288,6 @@ class WorkloadBackend(FrameworkBackend):
             s, n = self._eval_step(x, y)
             metric_sum += tf.cast(s, tf.float64)
             count += tf.cast(n, tf.float64)
-            heartbeat.beat()
         total, n = self.comm.sum([float(metric_sum), float(count)])  # whole validation set
         return total / max(n, 1)
 
