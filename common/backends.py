@@ -145,6 +145,22 @@ class FrameworkBackend(Backend):
         """All ranks reach this point (before run_start and run_stop)."""
         self.comm.barrier()
 
+    def stop_agreed(self, stop: Callable[[], bool] | None, micro_step: int,
+                    accumulate: int) -> bool:
+        """At an optimizer-step boundary: whether any rank's `stop()` asks to end the
+        epoch (one all-reduce of the flags, so every rank ends at the same step)."""
+        if stop is None or micro_step % accumulate:
+            return False
+        return self.comm.sum([float(stop())])[0] > 0
+
+    def epoch_result(self, loss_total: float, steps: int, samples: int, seconds: float,
+                     stopped: bool = False) -> EpochResult:
+        """The epoch's loss averaged over steps and ranks; an unfinished epoch also
+        carries its progress (global sums) for a checkpoint."""
+        loss_sum, step_sum = self.comm.sum([float(loss_total), float(steps)])
+        progress = EpochProgress(steps, samples, loss_sum, seconds) if stopped else None
+        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds, progress)
+
     def close(self) -> None:
         """Release the process group."""
         self.comm.close()

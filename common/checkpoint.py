@@ -153,15 +153,8 @@ NOT_TRAINING = (("train", "resume"), ("train", "overwrite"), ("train", "checkpoi
 def resume_hash(cfg: Any) -> str:
     """The config hash a checkpoint must share with the run resuming it (the experiment's,
     without the keys of :data:`NOT_TRAINING`: more epochs may be granted on resume)."""
-    from sciperf.config import to_container
-    data = to_container(cfg)
-    for section, key in NOT_TRAINING:
-        data.get(section, {}).pop(key, None)
-    for key in ("output_dir",):
-        data.pop(key, None)
-    for key in ("dir", "stage_dir"):
-        data.get("data", {}).pop(key, None)
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    from sciperf.config import config_hash
+    return config_hash(cfg, ignore=NOT_TRAINING)
 
 
 def check_matches(found: Found, config_hash: str, world: int) -> None:

@@ -340,9 +340,12 @@ def to_container(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Identify an experiment: hash of the resolved config without run-local paths."""
+def config_hash(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> str:
+    """Identify an experiment: hash of the resolved config without run-local paths (and
+    without the (section, key) pairs of `ignore`)."""
     data = to_container(cfg)
+    for section, key in ignore:
+        data.get(section, {}).pop(key, None)
     data.pop("output_dir", None)
     data.get("data", {}).pop("dir", None)
     data.get("data", {}).pop("stage_dir", None)

@@ -264,17 +264,13 @@ class WorkloadBackend(FrameworkBackend):
             steps, samples = steps + 1, samples + n
             if on_step:
                 on_step(n, float(loss))
-            if stop is not None and self.micro_step % self.accumulate == 0 and \
-                    self.comm.sum([float(stop())])[0] > 0:
-                loss_sum, step_sum = self.comm.sum([float(total), float(steps)])
-                seconds = done.seconds + time.perf_counter() - start
-                return EpochResult(samples, loss_sum / max(step_sum, 1), seconds,
-                                   EpochProgress(steps, samples, loss_sum, seconds))
+            if self.stop_agreed(stop, self.micro_step, self.accumulate):
+                return self.epoch_result(float(total), steps, samples,
+                                         done.seconds + time.perf_counter() - start, True)
         total = float(total)  # waits for the last step before the clock stops
         self.after_epoch()
-        seconds = done.seconds + time.perf_counter() - start
-        loss_sum, step_sum = self.comm.sum([total, float(steps)])
-        return EpochResult(samples, loss_sum / max(step_sum, 1), seconds)
+        return self.epoch_result(total, steps, samples,
+                                 done.seconds + time.perf_counter() - start)
 
     # --- evaluation -----------------------------------------------------------------------
     def _metric_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -151,6 +151,26 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+def _submit_two_rank_mini(slurm: dict[str, str], tmp_path: Path, sciperf_cmd: list[str],
+                          *extra: str) -> tuple[str, Path]:
+    """Prepare 64+32 mini universes, submit 2 srun ranks of mini CosmoFlow (GBS 8, target
+    out of reach) through a rendered sbatch script; (job id, output_dir)."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
+                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
+                   check=True, capture_output=True, timeout=600)
+    overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
+                 "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
+                 f"data.dir={data}", f"output_dir={out}", "data.train_samples=64",
+                 "data.eval_samples=32", "train.global_batch_size=8", "train.target=0.0001",
+                 "framework.threads=1", *extra]
+    job = plan(compose(overrides), overrides=overrides)
+    script = write_script(out / "launch.sbatch", job.text)
+    job_id = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                            text=True, env=slurm, timeout=60, check=True).stdout.strip()
+    return job_id.split(";")[0], out
+
+
 @pytest.mark.slow
 def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_cmd) -> None:
     """launcher.requeue=true on a real Slurm: USR1 to the batch shell (what --signal=B:USR1
@@ -158,20 +178,8 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     they stop at the same step, rank 0 checkpoints, the job requeues itself and the second
     run resumes and finishes: one log, every epoch once, the resume recorded."""
     pytest.importorskip("torch")
-    data, out = tmp_path / "data", tmp_path / "out"
-    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
-                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True, timeout=600)
-    overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
-                 "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
-                 "launcher.requeue=true", f"data.dir={data}", f"output_dir={out}",
-                 "data.train_samples=64", "data.eval_samples=32", "train.global_batch_size=8",
-                 "train.max_epochs=3", "train.target=0.0001", "framework.threads=1"]
-    job = plan(compose(overrides), overrides=overrides)
-    script = write_script(out / "launch.sbatch", job.text)
-    submitted = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                               text=True, env=slurm, timeout=60, check=True)
-    job_id = submitted.stdout.strip().split(";")[0]
+    job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "launcher.requeue=true",
+                                        "train.max_epochs=3")
     log = out / "result_0.txt"
     _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
               "epoch 2 of the first run")
@@ -214,19 +222,7 @@ def test_a_killed_srun_rank_ends_the_job_with_run_stop_aborted(slurm, tmp_path: 
     """kill -9 of rank 1 of a 2-rank srun step: srun's --kill-on-bad-exit ends rank 0,
     whose signal watcher leaves run_stop aborted and summary.json; all within 60 s."""
     pytest.importorskip("torch")
-    data, out = tmp_path / "data", tmp_path / "out"
-    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
-                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True, timeout=600)
-    overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
-                 "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
-                 f"data.dir={data}", f"output_dir={out}", "data.train_samples=64",
-                 "data.eval_samples=32", "train.global_batch_size=8", "train.max_epochs=50",
-                 "train.target=0.0001", "framework.threads=1"]
-    job = plan(compose(overrides), overrides=overrides)
-    script = write_script(out / "launch.sbatch", job.text)
-    job_id = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                            text=True, env=slurm, timeout=60, check=True).stdout.strip()
+    job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "train.max_epochs=50")
     log = out / "result_0.txt"
     _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
               "epoch 2")
