@@ -8,10 +8,13 @@ torchrun ones do. Inconsistent variables are an error, never a silent single-ran
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from sciperf.errors import SciperfError
 
@@ -265,3 +268,31 @@ def init_horovod(hvd: object, info: RankInfo, timeout_s: int | None = None) -> N
                            "instance)")
     first = info.job_rank - info.rank
     hvd.init(comm=list(range(first, first + info.world)))  # type: ignore[attr-defined]
+
+
+def end_stopped_siblings(env: Mapping[str, str] | None = None) -> list[int]:
+    """After a peer was lost under torchrun: SIGKILL this node's stopped workers (a hung
+    node's stand-in, state T), returning their pids.
+
+    torchrun ends the other workers of a failed job with SIGTERM and waits 30 s before
+    SIGKILL (its failure path ignores --shutdown-timeout); a stopped process never
+    handles SIGTERM, so a hang would end 30 s after the collective timeout — past the
+    60 s a job should take to die. Only stopped siblings (children of the same torchrun
+    agent) are touched; running ones get torchrun's SIGTERM and write their records.
+    """
+    env = os.environ if env is None else env
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return []
+    agent, me, ended = os.getppid(), os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:  # "pid (comm) state ppid …": comm may hold spaces, so split after ')'
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == agent and fields[0] in ("T", "t"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                ended.append(int(entry.name))
+    return ended

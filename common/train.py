@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__, checkpoint, memory, output
+from sciperf import __version__, checkpoint, heartbeat, memory, output
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
-from sciperf.distributed import RankInfo, discover, split_instances
+from sciperf.distributed import RankInfo, discover, end_stopped_siblings, split_instances
 from sciperf.errors import PeerLostError, SciperfError
 from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
@@ -184,6 +184,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
             _write_summary(out, cfg, workload, state.backend, state, "error", t0,
                            state.run_start, info)
             mll.close()
+            if (hb := heartbeat.current()) is not None:
+                hb.written()
 
     closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
     try:
@@ -193,6 +195,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         closer()
         lost = state.backend.peer_lost(exc) if state.backend is not None else None
         if lost:  # one line, not the collective's traceback
+            end_stopped_siblings()
             raise PeerLostError(f"{lost}; {closer.line()}") from None
         # what this rank left behind, for the CLI's last line (a peer's death must not
         # claim a record that only rank 0 writes)
@@ -238,10 +241,22 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
     # end overwrites it, summary.json says the run was running
     _write_summary(out, cfg, workload, backend, state, "running", state.t0, state.run_start,
                    info)
-    _loop(cfg, workload, backend, mll, state, info)
-    backend.barrier()
+    with _hang_sentinel(cfg, info, out):
+        _loop(cfg, workload, backend, mll, state, info)
+        backend.barrier()
     if cfg.train.save_weights:
         save_npz(out / weights_file(info), backend.export_weights())
+
+
+def _hang_sentinel(cfg: Any, info: RankInfo, out: Path) -> contextlib.AbstractContextManager:
+    """Horovod cannot time out a stopped peer (its coordinator waits inside MPI): on rank 0
+    of a multi-rank Horovod run, a sentinel process ends a run whose steps stopped ending
+    (sciperf.heartbeat); other backends' collectives time out by themselves."""
+    if info.rank != 0 or info.world < 2 or cfg.distributed.backend != "horovod":
+        return contextlib.nullcontext()
+    return heartbeat.sentinel(float(cfg.distributed.timeout_s), out / result_file(info.instance),
+                              out / summary_file(info.instance, info.instances),
+                              info.instance if info.instances > 1 else None)
 
 
 def _check_memory(cfg: Any, workload: Workload, info: RankInfo) -> None:
@@ -416,6 +431,14 @@ def _watch(read_fd: int, closer: _Closer) -> None:
         got = os.read(read_fd, 64)
         if not got or _STOP in got:
             return
+        hb = heartbeat.current()
+        if hb is not None and heartbeat.SIGNAL.value in got:  # the hang sentinel fired
+            gap = hb.silent_for()
+            if closer():
+                print(heartbeat.hang_line(gap, hb.limit_s, closer.line()), file=sys.stderr,
+                      flush=True)
+                os._exit(1)
+            return
         sig = next((s for s in WATCHED if s.value in got), None)
         if sig is None:  # SIGINT and others: the main thread's handlers deal with them
             continue
@@ -476,6 +499,7 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         lr = workload.lr_for_epoch(cfg, epoch)
         if progress is None:  # a resumed epoch's epoch_start is in the log already
             mll.start("epoch_start", metadata={"epoch_num": num})
+        heartbeat.phase("train")
         result: EpochResult = backend.train_epoch(epoch, lr, resume=progress, stop=stop)
         progress = None
         if result.stopped is not None:  # SIGUSR1: checkpoint here, end the run
@@ -486,12 +510,14 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         mll.end("epoch_stop", metadata={"epoch_num": num})
         mll.start("eval_start", metadata={"epoch_num": num})
         t_eval = time.time()
+        heartbeat.phase("eval")
         metric = float(backend.evaluate())
         eval_s = time.time() - t_eval
         _finite(metric, workload.metric.key, num, workload)
         mll.end("eval_stop", metadata={"epoch_num": num})
         mll.event(workload.metric.key, metric, metadata={"epoch_num": num})
         state.epochs, state.metric = num, metric
+        heartbeat.epochs(num)
         state.train_samples_seen += result.samples * state.world
         state.train_seconds += result.seconds
         state.history.append({"epoch": num, "lr": lr, "loss": result.loss, "metric": metric,

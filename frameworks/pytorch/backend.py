@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sciperf import heartbeat
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import remainders, shuffle_seed
 from sciperf.errors import SciperfError
@@ -234,6 +235,7 @@ class WorkloadBackend(FrameworkBackend):
         steps, samples = done.steps, done.samples
         for x, y in itertools.islice(self.batches(self.train_loader, epoch), done.steps, None):
             loss = self.train_step(x, y)
+            heartbeat.beat()
             total += loss.cpu()
             n = self.batch_size(x)
             steps, samples = steps + 1, samples + n
@@ -255,6 +257,7 @@ class WorkloadBackend(FrameworkBackend):
             with runtime.autocast(self.device, self.cfg.precision):
                 out = self.forward(x)
             part, n = self.metric_sums(out, y)
+            heartbeat.beat()
             metric_sum += part.double().cpu()
             count += int(n)
         total, n = self.comm.sum([float(metric_sum), float(count)])

@@ -35,6 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from sciperf import heartbeat
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
@@ -259,6 +260,7 @@ class WorkloadBackend(FrameworkBackend):
         steps, samples = done.steps, done.samples
         for x, y in itertools.islice(self.batches(self.train_loader, epoch), done.steps, None):
             loss = self.train_step(x, y)
+            heartbeat.beat()
             total += loss
             n = self.batch_size(x)
             steps, samples = steps + 1, samples + n
@@ -282,6 +284,7 @@ class WorkloadBackend(FrameworkBackend):
         metric_sum, count = tf.zeros((), tf.float64), tf.zeros((), tf.float64)
         for x, y in self.batches(self.eval_loader, 0):
             s, n = self._eval_step(x, y)
+            heartbeat.beat()
             metric_sum += tf.cast(s, tf.float64)
             count += tf.cast(n, tf.float64)
         total, n = self.comm.sum([float(metric_sum), float(count)])  # whole validation set
