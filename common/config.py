@@ -64,6 +64,9 @@ class TrainConfig:
     checkpoint_every: int = 0  # epochs between checkpoints in OUT/checkpoints (0: none)
     checkpoint_keep: int = 2  # newest checkpoints kept
     resume: str = ""  # auto: continue from OUT/checkpoints' newest valid one ("": start anew)
+    # with checkpointing on: seconds a SIGTERM (preemption, time limit) may take to reach a
+    # checkpoint before the run is ended without one (0: end at once); below Slurm's KillWait
+    term_grace_s: float = 20.0
 
 
 @dataclass
@@ -316,6 +319,9 @@ def _check_run_keys(cfg: DictConfig) -> None:
         raise SciperfError(f"train.checkpoint_every={cfg.train.checkpoint_every} must be >= 0 "
                            f"(0: none) and train.checkpoint_keep={cfg.train.checkpoint_keep} "
                            ">= 1")
+    if not 0 <= float(cfg.train.term_grace_s) <= 3600:
+        raise SciperfError(f"train.term_grace_s={cfg.train.term_grace_s} must be in [0, 3600] "
+                           "seconds (0: SIGTERM ends the run at once, without a checkpoint)")
     if cfg.train.resume not in ("", "auto"):
         raise SciperfError(f"train.resume={cfg.train.resume} is not one of auto, '' (start "
                            "anew)")

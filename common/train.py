@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import select
 import signal
 import sys
 import threading
@@ -189,7 +190,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
     closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
     try:
-        with _signal_watcher(closer), _stop_on_usr1(bool(cfg.train.checkpoint_every)):
+        with _signal_watcher(closer, _term_grace(cfg)), \
+                _stop_on_request(bool(cfg.train.checkpoint_every), _term_grace(cfg) > 0):
             _run(cfg, info, workload, mll, state, out)
     except BaseException as exc:
         closer()
@@ -334,12 +336,14 @@ def _resume(found: checkpoint.Found, backend: Any, state: RunState, info: RankIn
 
 
 def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo,
-                progress: EpochProgress | None = None) -> None:
+                progress: EpochProgress | None = None, forced: bool = False) -> None:
     """Rank 0 writes a checkpoint (replicas hold the same weights; every rank's RNG started
-    from the same seed): after every train.checkpoint_every-th epoch, or mid-epoch with the
-    epoch's `progress` when a stop was asked for (SIGUSR1)."""
+    from the same seed): after every train.checkpoint_every-th epoch, or when a stop was
+    asked for (SIGUSR1, SIGTERM) — mid-epoch with the epoch's `progress`, or `forced` at
+    an epoch's end when the request came during its evaluation."""
     every = int(cfg.train.checkpoint_every)
-    due = progress is not None or (every and not state.epochs % every and not state.success)
+    due = forced or progress is not None or (every and not state.epochs % every
+                                              and not state.success)
     if not due or info.rank != 0:
         return
     start = time.time()
@@ -376,41 +380,67 @@ class _Closer:
 
 
 WATCHED = (signal.SIGTERM, signal.SIGHUP)
-# set by SIGUSR1 (Slurm's `--signal=B:USR1@<seconds>` before the time limit): with
-# checkpointing on, the run stops at the next optimizer step, checkpoints and exits 75
+# set by SIGUSR1 (Slurm's `--signal=B:USR1@<seconds>` before the time limit) and, within
+# train.term_grace_s, by SIGTERM: with checkpointing on, the run stops at the next
+# optimizer step (or after the running evaluation), checkpoints and exits 75
 STOP = threading.Event()
+# mpirun follows its SIGTERM with SIGKILL one second later: no time for a checkpoint there
+NO_TERM_GRACE_ENV = ("OMPI_COMM_WORLD_SIZE",)
+
+
+def _term_grace(cfg: Any) -> float:
+    """Seconds a SIGTERM may take to reach a checkpoint: train.term_grace_s when this run
+    checkpoints and its launcher leaves that time (not under mpirun), else 0 (end at once,
+    records first)."""
+    if not int(cfg.train.checkpoint_every) or any(k in os.environ for k in NO_TERM_GRACE_ENV):
+        return 0.0
+    return float(cfg.train.term_grace_s)
 
 
 @contextlib.contextmanager
-def _stop_on_usr1(enabled: bool) -> Iterator[None]:
-    """SIGUSR1 asks for a checkpoint and an early, resumable end (main thread only)."""
+def _stop_on_request(enabled: bool, on_term: bool) -> Iterator[None]:
+    """SIGUSR1 — and SIGTERM when `on_term` — ask for a checkpoint and an early, resumable
+    end (main thread only). A second SIGTERM ends the run at once (the CLI's handler)."""
     STOP.clear()
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
+    term = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if STOP.is_set() and callable(term):  # asked twice: no more waiting
+            term(signum, frame)
+        STOP.set()
+
+    if on_term:
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
+        if on_term:
+            signal.signal(signal.SIGTERM, term)
 GRACE_S = 3.0  # after the watcher wrote the records: time for the main thread to exit itself
 _STOP = b"\0"
 
 
 @contextlib.contextmanager
-def _signal_watcher(closer: _Closer) -> Iterator[None]:
+def _signal_watcher(closer: _Closer, term_grace_s: float = 0.0) -> Iterator[None]:
     """SIGTERM/SIGHUP while the main thread waits inside a collective: Horovod's wait is
     C++, where Python's handler cannot run, and mpirun follows its SIGTERM with SIGKILL one
     second later — the run ended with no run_stop. Python's C-level handler still writes
     the signal number to the wakeup fd at once; this thread reads it, writes the closing
-    records, and ends the process if the main thread has not within GRACE_S."""
+    records, and ends the process if the main thread has not within GRACE_S. With
+    `term_grace_s` (a checkpointing run), a SIGTERM first gives the main thread that long
+    to reach its checkpoint and end the run itself."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=_watch, args=(read_fd, closer), daemon=True,
+    watcher = threading.Thread(target=_watch, args=(read_fd, closer, term_grace_s), daemon=True,
                                name="sciperf-signal-watcher")
     watcher.start()
     try:
@@ -425,7 +455,17 @@ def _signal_watcher(closer: _Closer) -> Iterator[None]:
             os.close(read_fd)
 
 
-def _watch(read_fd: int, closer: _Closer) -> None:
+def _ended_within(read_fd: int, seconds: float) -> bool:
+    """Whether the main thread leaves the watched block (it writes _STOP) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([read_fd], [], [], left)
+        if ready and (not (got := os.read(read_fd, 64)) or _STOP in got):
+            return True
+    return False
+
+
+def _watch(read_fd: int, closer: _Closer, term_grace_s: float = 0.0) -> None:
     """The watcher thread's loop (see :func:`_signal_watcher`)."""
     while True:
         got = os.read(read_fd, 64)
@@ -442,9 +482,12 @@ def _watch(read_fd: int, closer: _Closer) -> None:
         sig = next((s for s in WATCHED if s.value in got), None)
         if sig is None:  # SIGINT and others: the main thread's handlers deal with them
             continue
+        if sig == signal.SIGTERM and term_grace_s > 0 and _ended_within(read_fd, term_grace_s):
+            return  # the main thread checkpointed and ended the run itself
         if not closer():
             return  # the main thread is already closing
-        time.sleep(GRACE_S)
+        if _ended_within(read_fd, GRACE_S):
+            return  # the main thread got out and ends the run itself (its own last line)
         print(f"sciperf: {sig.name} while blocked in a collective ({closer.line()})",
               file=sys.stderr, flush=True)
         os._exit(128 + sig.value)
@@ -527,6 +570,10 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         if rank == 0:
             _epoch_line(cfg, workload, state, result, eval_s, max_epochs, loop_start, first)
         if state.success:
+            return
+        if stop is not None and backend.stop_agreed(stop, 0, 1):  # asked during evaluation
+            _checkpoint(cfg, Path(cfg.output_dir), state, info, forced=True)
+            state.checkpointed = True
             return
         _checkpoint(cfg, Path(cfg.output_dir), state, info)
 

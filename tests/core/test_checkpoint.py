@@ -178,8 +178,9 @@ def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
     assert not checkpoint.folder(out).exists()
 
 
-def _stop_in_epoch_2(cmd: list[str]) -> subprocess.CompletedProcess:
-    """Start `cmd`, send SIGUSR1 (Slurm's --signal) once epoch 2 has begun."""
+def _stop_in_epoch_2(cmd: list[str], sig: signal.Signals = signal.SIGUSR1
+                     ) -> subprocess.CompletedProcess:
+    """Start `cmd`, send `sig` (SIGUSR1: Slurm's --signal) once epoch 2 has begun."""
     out = Path(next(a for a in cmd if a.startswith("output_dir="))[len("output_dir="):])
     env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -190,17 +191,20 @@ def _stop_in_epoch_2(cmd: list[str]) -> subprocess.CompletedProcess:
                                                                if log.exists() else ""):
         time.sleep(0.05)
     time.sleep(0.1)
-    proc.send_signal(signal.SIGUSR1)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=300)
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_sigusr1_checkpoints_mid_epoch_and_the_resume_is_exact(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path, framework: str) -> None:
-    """8 steps per epoch; the request lands inside epoch 2: every rank stops at the next
-    optimizer step, the checkpoint holds the epoch's progress, exit 75 (EX_TEMPFAIL), and
-    the resumed run skips the batches already trained — the same run as one never
+@pytest.mark.parametrize(("framework", "sig"), [("pytorch", signal.SIGUSR1),
+                                              ("tensorflow", signal.SIGUSR1),
+                                              ("pytorch", signal.SIGTERM)])
+def test_a_stop_request_checkpoints_mid_epoch_and_the_resume_is_exact(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path, framework: str, sig) -> None:
+    """8 steps per epoch; the request — SIGUSR1 (Slurm's --signal), or SIGTERM (preemption,
+    time limit) within train.term_grace_s — lands inside epoch 2: every rank stops at the
+    next optimizer step, the checkpoint holds the epoch's progress, exit 75 (EX_TEMPFAIL),
+    and the resumed run skips the batches already trained — the same run as one never
     stopped."""
     pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
     small = ("train.global_batch_size=8",)
@@ -209,7 +213,7 @@ def test_sigusr1_checkpoints_mid_epoch_and_the_resume_is_exact(
     out = tmp_path / "run"
     cmd = [*sciperf_cmd, *BASE, f"framework={framework}", f"data.dir={tiny_mini_data}",
            f"output_dir={out}", "train.max_epochs=3", *small]
-    stopped = _stop_in_epoch_2(cmd)
+    stopped = _stop_in_epoch_2(cmd, sig)
     assert stopped.returncode == 75, stopped.stderr[-2000:]
     assert _summary(out)["status"] == "checkpointed"
     inside = sorted(checkpoint.folder(out).glob("epoch_0001_step_*"))
@@ -223,3 +227,38 @@ def test_sigusr1_checkpoints_mid_epoch_and_the_resume_is_exact(
     _assert_same_run(whole, out, epochs=3)
     starts = [r["metadata"]["epoch_num"] for r in _records(out) if r["key"] == "epoch_start"]
     assert starts == [1, 2, 3]  # the interrupted epoch is logged once
+
+
+def test_sigterm_waits_for_a_checkpoint_only_where_the_launcher_leaves_time(monkeypatch):
+    """train.term_grace_s applies to checkpointing runs, and not under mpirun, which
+    follows its SIGTERM with SIGKILL one second later: there the records come first."""
+    from types import SimpleNamespace
+
+    from sciperf import train
+
+    cfg = SimpleNamespace(train=SimpleNamespace(checkpoint_every=1, term_grace_s=20.0))
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    assert train._term_grace(cfg) == 20.0
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert train._term_grace(cfg) == 0.0
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    cfg.train.checkpoint_every = 0
+    assert train._term_grace(cfg) == 0.0
+
+
+def test_sigterm_without_grace_ends_at_once_with_the_records(sciperf_cmd, tiny_mini_data,
+                                                             tmp_path: Path) -> None:
+    """train.term_grace_s=0: a SIGTERM in epoch 2 ends the run at once (exit 143) with
+    run_stop aborted and summary.json status error; no mid-epoch checkpoint, the epoch-1
+    one stays for a resume."""
+    out = tmp_path / "run"
+    cmd = [*sciperf_cmd, *BASE, "framework=pytorch", f"data.dir={tiny_mini_data}",
+           f"output_dir={out}", "train.max_epochs=3", "train.global_batch_size=8",
+           "train.term_grace_s=0"]
+    stopped = _stop_in_epoch_2(cmd, signal.SIGTERM)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert any("terminated by SIGTERM" in ln for ln in _sciperf_lines(stopped)), stopped.stderr
+    assert _summary(out)["status"] == "error"
+    assert [r["metadata"]["status"] for r in _records(out) if r["key"] == "run_stop"] == \
+        ["aborted"]
+    assert [p.name for p in checkpoint.folder(out).iterdir()] == ["epoch_0001"]
