@@ -94,6 +94,18 @@ if [ "$mpi" = 1 ] && ! command -v mpirun >/dev/null; then
   fi
 fi
 
+# kalign 3.3.5 (Debian bookworm's): OpenFold realigns template hits with it while loading data
+# (as the reference's Dockerfile builds it); its tests and runs need it on PATH.
+if ! command -v kalign >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "install.sh: installing kalign (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kalign >/dev/null
+  else
+    echo "install.sh: kalign not found (OpenFold templates need it); not root here:" \
+      "apt-get install kalign" >&2
+  fi
+fi
+
 gpu_tag=""
 [ "$gpu" = 1 ] && gpu_tag=" gpu"
 stamp_inputs=$(cat "$here/constraints.txt" "$here"/common/pyproject.toml \

@@ -20,6 +20,14 @@ blob. This module never imports torch and never resolves a global it was not tol
 :func:`dumps` is the inverse, for writing records in such a reference format without torch:
 it emits the opcodes torch's own ``pickle.dumps`` of a tensor produces (the legacy storage
 blob included) around numpy arrays, so torch itself and :func:`loads` read them alike.
+
+Some reference files hold builtin values only (dicts, lists, tuples, strings, bytes,
+numbers; OpenFold's processed mmCIF ``dicts``). :func:`loads_builtins` reads them with an
+empty allow-list: every class or function lookup (``GLOBAL``/``STACK_GLOBAL``/``INST``, which
+``REDUCE``, ``NEWOBJ`` and ``BUILD`` need first) and every persistent id is refused in one
+line naming the file, so nothing named by the file is ever called. :func:`dumps_builtins`
+writes such files and refuses any other type up front (``numpy.float64`` is a ``float``
+subclass that would pickle through a numpy global the reader then refuses).
 """
 
 from __future__ import annotations
@@ -205,3 +213,36 @@ def _legacy_blob(arr: np.ndarray) -> bytes:
         _plain("0") + _plain("cpu") + _plain(int(arr.size)) + b"Nt" + b"Q."  # BINPERSID
     raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     return head + pid + pickle.dumps(["0"], protocol=2) + struct.pack("<q", arr.size) + raw
+
+
+# exact types a builtins-only pickle holds (subclasses such as numpy.float64 pickle through a
+# global of their own module, which loads_builtins refuses)
+BUILTIN_TYPES = (dict, list, tuple, str, bytes, int, float, bool, type(None))
+BUILTINS_PROTOCOL = 4  # the reference's default; bytes as BINBYTES (protocol 2 needs a global)
+
+
+def loads_builtins(data: bytes, source: str) -> Any:
+    """Unpickle `data` (from `source`, named in errors) that may hold builtin values only:
+    no global is resolved, no persistent id accepted (one line, nothing run)."""
+    return _guarded(lambda: _Restricted(io.BytesIO(data), {}, source).load(), source)
+
+
+def dumps_builtins(value: Any) -> bytes:
+    """Pickle a tree of builtin values (:data:`BUILTIN_TYPES`, exact types) so that
+    :func:`loads_builtins` and plain ``pickle.load`` read it alike; any other type is a
+    TypeError naming where it sits in the tree."""
+    _check_builtins(value, "value")
+    return pickle.dumps(value, protocol=BUILTINS_PROTOCOL)
+
+
+def _check_builtins(value: Any, where: str) -> None:
+    if type(value) not in BUILTIN_TYPES:
+        raise TypeError(f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
+                        "not a builtin value a builtins-only pickle may hold")
+    if type(value) is dict:
+        for key, item in value.items():
+            _check_builtins(key, f"{where} key {key!r}")
+            _check_builtins(item, f"{where}[{key!r}]")
+    elif type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_builtins(item, f"{where}[{i}]")

@@ -169,8 +169,8 @@ def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path, launch
     """SIGSTOP of rank 1 (a hung node) under `sciperf launch` (its own supervisor, and
     torchrun): rank 0's collective times out after distributed.timeout_s (45 s), it
     writes run_stop aborted and ends in ONE line naming the cause, and the launcher stops
-    the job — all within 60 s (torchrun's SIGTERM→SIGKILL grace for the stopped rank is
-    10 s as sciperf renders it, not its default 30 s). Horovod: the next test."""
+    the job — all within 60 s (under torchrun the survivor SIGKILLs the stopped sibling:
+    torchrun's own SIGTERM→SIGKILL grace is 30 s). Horovod: the next test."""
     out = tmp_path / "hang"
     cmd = [str(BIN / "sciperf"), "launch", *launcher, "experiment=mini", "train.max_epochs=500",
            "data.train_samples=64", "data.eval_samples=32", "train.global_batch_size=8",
