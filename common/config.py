@@ -159,9 +159,11 @@ def _register() -> None:
 
     store = ConfigStore.instance()
     schema = OmegaConf.structured(RootConfig)
-    # `data.` holds the keys every workload shares (typed here) and a workload's own
-    # dataset keys (its DataSpec: checked by `validate`), so that node accepts new keys
+    # `data.` and `train.` hold the keys every workload shares (typed here) and a
+    # workload's own (its DataSpec, TrainSpec: checked by `validate`), so those nodes
+    # accept new keys
     OmegaConf.set_struct(schema.data, False)
+    OmegaConf.set_struct(schema.train, False)
     store.store(name="sciperf_schema", node=schema)
     for name in WORKLOADS:
         store.store(group="workload", name=name, node=get(name).default_config(),
@@ -234,11 +236,12 @@ def _check_sections(cfg: DictConfig, workload: Any) -> None:
     """`model.*`, `opt.*` and `data.*` keys exist in the workload's dataclasses and their
     values have the declared types: the sections are plain dicts to OmegaConf, so
     `model.dropout=abc` would otherwise reach a framework as a string."""
+    shared = {"data": DataConfig, "train": TrainConfig}
     for section, cls in (("model", workload.model), ("opt", workload.optimizer),
-                         ("data", workload.data)):
+                         ("data", workload.data), ("train", workload.train)):
         known = set(cls.__dataclass_fields__)
-        if section == "data":
-            known |= set(DataConfig.__dataclass_fields__)
+        if section in shared:
+            known |= set(shared[section].__dataclass_fields__)
         unknown = set(cfg[section]) - known
         if unknown:
             valid = ", ".join(sorted(known))

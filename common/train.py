@@ -103,8 +103,10 @@ def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> FilePlan:
     train = listing(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
     evals = listing(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
     uneven = workload.sharding == "uneven"
-    if uneven:
-        check_uneven(len(train), world, local_batch, "data.train_samples", full_batches=True)
+    sampled = workload.sharding == "sampled"
+    if uneven or sampled:
+        check_uneven(len(train), 1 if sampled else world, 1 if sampled else local_batch,
+                     "data.train_samples", full_batches=True)
         check_uneven(len(evals), world, local_batch, "data.eval_samples", full_batches=False)
     else:
         check_divisibility(len(train), world, local_batch, "data.train_samples")
@@ -116,6 +118,8 @@ def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> FilePlan:
         mine_train, mine_eval = shard(train, info.rank, world), shard(evals, info.rank, world)
     if uneven:  # every share holds at least ⌊n/world⌋ files; the rest is not trained on
         mine_train = mine_train[:len(train) // world]
+    if sampled:  # every rank draws from every training sample (Dataset.draw)
+        mine_train = list(train)
     return FilePlan(mine_train, mine_eval, local_batch, len(train), len(evals))
 
 
@@ -132,6 +136,9 @@ def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
     # records of one container (OC20) name the same file: each file is copied once
     sources = list(dict.fromkeys(f for group in files for p in group
                                  for f in sample_files(p, cfg.data.format)))
+    if workload.sharding == "sampled":  # every rank reads every file: the node's ranks
+        # split the copying (setup's barrier precedes the first read)
+        sources = shard(sources, info.local_rank, info.local_size)
     mll.start("staging_start")
     report = stage_files(sources, src, root, workers=int(cfg.data.stage_workers),
                          verify=cfg.data.stage_verify, progress=info.rank == 0)
@@ -181,7 +188,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     def closing_records() -> None:  # the aborted run's last records (either thread)
         with _shielded():
             if state.run_start is not None:
-                mll.run_stop(False, state.epochs)
+                mll.run_stop(False, workload.epoch_num(cfg, state.epochs))
             _write_summary(out, cfg, workload, state.backend, state, "error", t0,
                            state.run_start, info)
             mll.close()
@@ -203,7 +210,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         # claim a record that only rank 0 writes)
         exc.sciperf_records = closer.line()  # type: ignore[attr-defined]
         raise
-    mll.run_stop(state.success, state.epochs)
+    mll.run_stop(state.success, workload.epoch_num(cfg, state.epochs))
     mll.close()
     state.backend.close()
     status = "success" if state.success else "checkpointed" if state.checkpointed \
@@ -539,9 +546,10 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
     stop = STOP.is_set if int(cfg.train.checkpoint_every) else None
     for epoch in range(state.epochs, max_epochs):
         num = epoch + 1  # MLLOG epoch_num is 1-based, as in the reference logs
+        tag = {"epoch_num": workload.epoch_num(cfg, num)}  # (OpenFold: samples)
         lr = workload.lr_for_epoch(cfg, epoch)
         if progress is None:  # a resumed epoch's epoch_start is in the log already
-            mll.start("epoch_start", metadata={"epoch_num": num})
+            mll.start("epoch_start", metadata=tag)
         heartbeat.phase("train")
         result: EpochResult = backend.train_epoch(epoch, lr, resume=progress, stop=stop)
         progress = None
@@ -550,17 +558,17 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
             state.checkpointed = True
             return
         _finite(result.loss, "training loss", num, workload)
-        mll.end("epoch_stop", metadata={"epoch_num": num})
-        mll.start("eval_start", metadata={"epoch_num": num})
+        mll.end("epoch_stop", metadata=tag)
+        mll.start("eval_start", metadata=tag)
         t_eval = time.time()
         heartbeat.phase("eval")
         metric = float(backend.evaluate())
         eval_s = time.time() - t_eval
         _finite(metric, workload.metric.key, num, workload)
-        mll.end("eval_stop", metadata={"epoch_num": num})
-        mll.event(workload.metric.key, metric, metadata={"epoch_num": num})
+        mll.end("eval_stop", metadata=tag)
+        mll.event(workload.metric.key, metric, metadata=tag)
         state.epochs, state.metric = num, metric
-        heartbeat.epochs(num)
+        heartbeat.epochs(tag["epoch_num"])  # what the sentinel's run_stop says
         state.train_samples_seen += result.samples * state.world
         state.train_seconds += result.seconds
         state.history.append({"epoch": num, "lr": lr, "loss": result.loss, "metric": metric,

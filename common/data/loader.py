@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +46,9 @@ def shuffle_seed(seed: int, rank: int) -> int:
 def remainders(sharding: str) -> tuple[str, str]:
     """(training, validation) rule for a last partial batch under a workload's sharding:
     ``strict`` — batches divide exactly (`error`); ``uneven`` — training drops it (every rank
-    steps together), validation keeps it (every sample evaluated once)."""
-    return ("drop", "keep") if sharding == "uneven" else ("error", "error")
+    steps together), validation keeps it (every sample evaluated once); ``sampled`` —
+    training draws whole batches, validation as ``uneven``."""
+    return ("drop", "keep") if sharding in ("uneven", "sampled") else ("error", "error")
 
 
 REMAINDERS = ("error", "drop", "keep")
@@ -72,8 +74,13 @@ class BatchLoader:
 
     def __init__(self, files: Sequence[Path], read: ReadFn, batch_size: int, seed: int = 0,
                  shuffle: bool = True, prefetch: int = 4, workers: int = 2,
-                 remainder: str = "error", collate: CollateFn = stack):
-        self.sizes = batch_sizes(len(files), batch_size, remainder)
+                 remainder: str = "error", collate: CollateFn = stack,
+                 draw: Callable[[int], Sequence[Any]] | None = None, draws: int = 0):
+        # `draw(epoch)`: the epoch's `draws` items instead of the shuffled files (training
+        # that samples with replacement: the workload's Dataset.draw)
+        self.draw = draw
+        self.sizes = batch_sizes(draws if draw is not None else len(files), batch_size,
+                                 remainder)
         self.collate = collate
         self.files, self.read, self.batch_size = list(files), read, batch_size
         self.seed, self.shuffle = seed, shuffle
@@ -84,10 +91,16 @@ class BatchLoader:
 
     def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Batches of `epoch` in its shuffled order; stops the reader if abandoned early."""
-        order = epoch_order(len(self.files), self.seed, epoch, self.shuffle)
+        if self.draw is not None:
+            items = list(self.draw(epoch))
+            if len(items) != sum(self.sizes):
+                raise ValueError(f"draw({epoch}) gave {len(items)} items, not {sum(self.sizes)}")
+        else:
+            order = epoch_order(len(self.files), self.seed, epoch, self.shuffle)
+            items = [self.files[i] for i in order]
         out: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
-        thread = threading.Thread(target=self._produce, args=(order, out, stop), daemon=True)
+        thread = threading.Thread(target=self._produce, args=(items, out, stop), daemon=True)
         thread.start()
         try:
             while True:
@@ -105,11 +118,11 @@ class BatchLoader:
                 except queue.Empty:
                     thread.join(timeout=0.05)
 
-    def _produce(self, order: np.ndarray, out: queue.Queue, stop: threading.Event) -> None:
+    def _produce(self, items: list[Any], out: queue.Queue, stop: threading.Event) -> None:
         """Reader thread: keep a bounded window of reads in flight, stack batches, queue them."""
         try:
             window = self.batch_size * (self.prefetch + 1)
-            paths = iter([self.files[i] for i in order])
+            paths = iter(items)
             pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sciperf-read")
             try:
                 pending: deque[Future] = deque(

@@ -45,13 +45,18 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     cases = _cases(workload)
     n, gbs, epochs = cases.train[experiment]
     n_eval = max(n // 2, 1)
-    folder = cases.dataset(root, workload.model_spec(base), "npy", n)
+    fmt = cases.format
+    folder = cases.dataset(root, workload.model_spec(base), fmt, n)
+    # a workload that draws its samples (sharding "sampled") trains n/gbs steps an epoch
+    # here, as an epoch over n samples would
+    epoch = [f"train.val_every_iters={n // gbs}"] if workload.sharding == "sampled" else []
     cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
-                   "data.format=npy", f"data.train_samples={n}", f"data.eval_samples={n_eval}",
-                   f"train.global_batch_size={gbs}", f"precision={precision}"] + extra)
+                   f"data.format={fmt}", f"data.train_samples={n}",
+                   f"data.eval_samples={n_eval}", f"train.global_batch_size={gbs}",
+                   f"precision={precision}", *epoch] + extra)
     backend = load_backend(framework, cfg.workload)
-    train = workload.dataset.list_samples(folder, "train", "npy", n)
-    evals = workload.dataset.list_samples(folder, "validation", "npy", n_eval)
+    train = workload.dataset.list_samples(folder, "train", fmt, n)
+    evals = workload.dataset.list_samples(folder, "validation", fmt, n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
     backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # warm-up: allocations, kernels
     samples, seconds = 0, 0.0
@@ -63,7 +68,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": round(rate, 3),
-            **_per_unit(cases, folder, "npy", train, rate),
+            **_per_unit(cases, folder, fmt, train, rate),
             "peak_flops": backend.peak_flops(precision)}
 
 
@@ -96,7 +101,12 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
     cases, model = _cases(workload), _input_model(workload, sizes)
     folder = cases.dataset(root, model, fmt, n)
     files = workload.dataset.list_samples(folder, "train", fmt, n)
-    loader = BatchLoader(files, workload.dataset.reader(folder, fmt, model), batch_size=4,
+    items: list[Any] = files
+    if workload.dataset.draw is not None:  # training items as the sampler draws them
+        cfg = compose([f"workload={workload.name}", "train.global_batch_size=1",
+                       f"train.val_every_iters={n}"])
+        items = workload.dataset.draw(files, cfg, 0, 0, 1, n)
+    loader = BatchLoader(items, workload.dataset.reader(folder, fmt, model), batch_size=4,
                          workers=2, remainder="keep", collate=workload.dataset.collate)
     start = time.perf_counter()
     # batches may be dicts of variable-size arrays (graphs): count the loader's batch sizes

@@ -15,6 +15,7 @@ REGISTRY = {
     "cosmoflow": "sciperf.workloads.cosmoflow",
     "deepcam": "sciperf.workloads.deepcam",
     "oc20": "sciperf.workloads.oc20",
+    "openfold": "sciperf.workloads.openfold",
 }
 WORKLOADS = tuple(REGISTRY)
 DEFAULT = "cosmoflow"  # what `sciperf run` trains when no workload is named

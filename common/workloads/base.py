@@ -10,7 +10,7 @@ workload contract").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +19,7 @@ import numpy as np
 
 from sciperf.data.loader import CollateFn, stack
 
-SHARDING = ("strict", "uneven")
+SHARDING = ("strict", "uneven", "sampled")
 
 
 class SampleReader(Protocol):
@@ -54,6 +54,13 @@ class Dataset:
     prepare: Mapping[str, Callable[[Any, bool], None]]
     payload_bytes: Callable[[Any], int]
     collate: CollateFn = stack
+    # ``sampled`` sharding (training draws samples with replacement, not epochs over a
+    # shard: OpenFold): (every training sample, cfg, epoch, rank, world, count) → this
+    # rank's `count` items of 0-indexed `epoch`, what the reader is given
+    draw: Callable[[Sequence[Path], Any, int, int, int, int], list[Any]] | None = None
+    # samples per validation batch when it cannot be the training's local batch
+    # (variable-length samples evaluated one at a time: OpenFold); None: the local batch
+    eval_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class BenchCases:
     extent: Callable[[Path, str, list[Path]], Mapping[str, float]] | None = None
     staging: bool = False  # time staging against cp -r on this workload's data
     scaling: bool = False  # time 1 vs 2 ranks through the real launcher
+    format: str = "npy"  # the format the training rows read (the fastest the workload has)
 
 
 @dataclass(frozen=True)
@@ -169,11 +177,20 @@ class Workload:
     flops_passes: tuple[float, float] | None = None
     bench: BenchCases | None = None
     dali: DaliFormat | None = None
+    # MLLOG's epoch_num of 1-based epoch `n` (cfg, n) → value; None: n itself. OpenFold
+    # counts samples (an "epoch" is its train/validation cycle)
+    mllog_epoch: Callable[[Any, int], int] | None = None
 
     def __post_init__(self) -> None:
         if self.sharding not in SHARDING:
             raise ValueError(f"{self.name}: sharding={self.sharding} is not one of "
                              f"{', '.join(SHARDING)}")
+        if (self.sharding == "sampled") != (self.dataset.draw is not None):
+            raise ValueError(f"{self.name}: sharding=sampled and dataset.draw go together")
+
+    def epoch_num(self, cfg: Any, epoch: int) -> int:
+        """MLLOG's ``epoch_num`` of 1-based `epoch` (the reference's unit)."""
+        return epoch if self.mllog_epoch is None else int(self.mllog_epoch(cfg, epoch))
 
     @property
     def formats(self) -> tuple[str, ...]:

@@ -29,7 +29,12 @@ Hooks (abstract: the first four):
   forces, −∂E/∂pos);
 * ``to_device(x_np, y_np)`` — a native loader's numpy batch on the device (tensors;
   variable-size workloads: dicts of them);
-* ``batch_size(x)`` — samples in a batch (``x.shape[0]``; graphs: structures).
+* ``batch_size(x)`` — samples in a batch (``x.shape[0]``; graphs: structures);
+* ``clip_norm()`` — the global gradient-norm bound of every optimizer step (None: none;
+  the norm is taken after the ranks' gradients are averaged);
+* ``after_step()`` — after every optimizer step (e.g. an EMA of the weights);
+* ``extra_state()`` / ``load_extra_state(state)`` — tensors a checkpoint keeps beyond the
+  model and optimizer (e.g. that EMA).
 """
 
 from __future__ import annotations
@@ -112,6 +117,20 @@ class WorkloadBackend(FrameworkBackend):
         """Samples in batch `x`."""
         return int(x.shape[0])
 
+    def clip_norm(self) -> float | None:
+        """Global gradient-norm bound of each optimizer step (None: no clipping)."""
+        return None
+
+    def after_step(self) -> None:
+        """Called after every optimizer step."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps beyond model, optimizer, counters and RNG (tensors)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`extra_state` from a checkpoint."""
+
     def memory_format(self) -> torch.memory_format | None:
         """Channels-last format for the weights, from the samples' spatial rank (None:
         leave them as built)."""
@@ -174,11 +193,18 @@ class WorkloadBackend(FrameworkBackend):
         else:
             make = partial(native.make_loader, collate=self.workload.dataset.collate)
         train_rule, eval_rule = remainders(self.workload.sharding)
-        common = dict(reader=self.reader, batch=ctx.local_batch, prefetch=cfg.data.prefetch)
+        common = dict(reader=self.reader, prefetch=cfg.data.prefetch)
+        dataset = self.workload.dataset
+        drawn = {}
+        if dataset.draw is not None:  # training draws its samples (sharding "sampled")
+            count = self.workload.steps_per_epoch(cfg) * ctx.local_batch
+            drawn = dict(draw=partial(dataset.draw, ctx.train_files, cfg, rank=ctx.rank,
+                                      world=ctx.world, count=count), draws=count)
         self.train_loader = make(ctx.train_files, seed=shuffle_seed(cfg.seed, ctx.rank),
-                                 shuffle=cfg.data.shuffle, remainder=train_rule, **common)
+                                 shuffle=cfg.data.shuffle, remainder=train_rule,
+                                 batch=ctx.local_batch, **drawn, **common)
         self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False, remainder=eval_rule,
-                                **common)
+                                batch=dataset.eval_batch or ctx.local_batch, **common)
 
     def batches(self, loader: Any, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Device batches of one epoch (the same tensors from either loader)."""
@@ -213,10 +239,28 @@ class WorkloadBackend(FrameworkBackend):
                 lr = self.current_lr()
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
-            self.optimizer.step()
+            self._step()
             self.optimizer.zero_grad()  # set_to_none (the default); Horovod takes no args
             self.opt_step += 1
+            self.after_step()
         return loss.detach()
+
+    def _step(self) -> None:
+        """The optimizer step, after clipping the averaged gradients' global norm when the
+        workload bounds it (Horovod averages inside the optimizer: synchronise first)."""
+        bound = self.clip_norm()
+        if bound is None:
+            self.optimizer.step()
+            return
+        horovod = hasattr(self.optimizer, "synchronize")
+        if horovod:
+            self.optimizer.synchronize()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), bound)
+        if horovod:
+            with self.optimizer.skip_synchronize():
+                self.optimizer.step()
+        else:
+            self.optimizer.step()
 
     def train_epoch(self, epoch: int, lr: float,
                     on_step: Callable[[int, float], None] | None = None,
@@ -272,7 +316,8 @@ class WorkloadBackend(FrameworkBackend):
         dropout masks to come) — tensors and plain containers only."""
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "micro_step": self.micro_step, "opt_step": self.opt_step,
-                    "torch_rng": torch.get_rng_state()}, folder / STATE_FILE)
+                    "torch_rng": torch.get_rng_state(), "extra": self.extra_state()},
+                   folder / STATE_FILE)
 
     def load_state(self, folder: Path) -> None:
         """Restore ``state.pt`` strictly (every name and shape), read with
@@ -284,6 +329,7 @@ class WorkloadBackend(FrameworkBackend):
             self.optimizer.load_state_dict(state["optimizer"])
             self.micro_step, self.opt_step = int(state["micro_step"]), int(state["opt_step"])
             torch.set_rng_state(state["torch_rng"])
+            self.load_extra_state(state.get("extra", {}))
         except (OSError, RuntimeError, KeyError, TypeError, ValueError,
                 pickle.UnpicklingError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,15 +27,18 @@ Transform = Callable[[torch.Tensor], torch.Tensor]
 
 def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: int,
                 shuffle: bool, prefetch: int, remainder: str = "error",
-                collate: CollateFn | None = None) -> BatchLoader:
+                collate: CollateFn | None = None,
+                draw: Callable[[int], Sequence[Any]] | None = None,
+                draws: int = 0) -> BatchLoader:
     """The common prefetching loader over this rank's `files` read by `reader`.
 
     `remainder` is the rule for a last partial batch (``sciperf.data.loader.remainders``
     of the workload's sharding); `collate` turns a list of samples into one batch (None or
-    the contract's default: stack fixed-size samples).
+    the contract's default: stack fixed-size samples); `draw(epoch)` gives an epoch's
+    `draws` items instead of the shuffled files (``Dataset.draw``).
     """
     return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch,
-                       remainder=remainder, collate=collate or stack)
+                       remainder=remainder, collate=collate or stack, draw=draw, draws=draws)
 
 
 def channels_first(x: torch.Tensor) -> torch.Tensor:

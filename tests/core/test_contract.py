@@ -91,23 +91,31 @@ def test_every_pair_loads_or_is_declared_unsupported(framework: str, name: str) 
         name, cls.__name__)
 
 
+# (framework, workload) pairs not implemented yet, each with its reason: the mirror
+# tests hold for every other pair
+PENDING = {("tensorflow", "openfold"): "the TensorFlow mirror follows the PyTorch model"}
+
+
 def test_a_missing_pair_is_one_line_naming_what_exists() -> None:
-    framework = next(iter(available()))
+    framework, name = next(iter(PENDING))
+    if framework not in available():
+        pytest.skip(f"framework {framework} not installed")
     with pytest.raises(SciperfError) as info:
-        backend_class(framework, "openfold")
+        backend_class(framework, name)
     have = ", ".join(implemented(framework))
-    assert str(info.value) == f"{framework} does not implement openfold (has: {have})"
+    assert str(info.value) == f"{framework} does not implement {name} (has: {have})"
 
 
 def test_framework_registries_mirror_each_other() -> None:
-    """Same workloads, same module paths and class names in both framework packages."""
+    """Same workloads (but the pending pairs), same module paths and class names in both
+    framework packages."""
     regs = {fw: importlib.import_module(f"sciperf_{fw}.workloads").BACKENDS
             for fw in FRAMEWORKS if fw in available()}
     if len(regs) < 2:
         pytest.skip("needs both frameworks")
     pt, tf = regs["pytorch"], regs["tensorflow"]
-    assert set(pt) == set(tf)
-    for name in pt:
+    assert set(pt) == set(tf) | {w for fw, w in PENDING if fw == "tensorflow"}
+    for name in set(pt) & set(tf):
         assert pt[name].replace("sciperf_pytorch", "") == tf[name].replace("sciperf_tensorflow",
                                                                             "")
 
@@ -119,8 +127,9 @@ def test_workload_folders_mirror_across_frameworks() -> None:
         return {p.name for p in folder.glob("*.py")}
 
     for name in WORKLOADS:
-        assert files("pytorch", name) == files("tensorflow", name)
         assert {"__init__.py", "backend.py", "model.py"} <= files("pytorch", name)
+        if ("tensorflow", name) not in PENDING:
+            assert files("pytorch", name) == files("tensorflow", name)
 
 
 def _code_strings_and_names(tree: ast.AST) -> list[tuple[int, str]]:

@@ -24,7 +24,8 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     assert row["parameters"] == mini.parameter_count()
     assert row["input_size"] == w.bench.size(mini)
     assert row["global_batch_size"] == gbs
-    assert row["samples"] == epochs * (n // gbs) * gbs  # full batches of every timed epoch
+    # full batches of every timed epoch (a sampled workload's epoch is set to n/gbs steps)
+    assert row["samples"] == epochs * (n // gbs) * gbs
     assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
     per_unit = {k for k in row if k.endswith("_per_s")} - {"samples_per_s"}
     if w.bench.extent is None:  # fixed-size samples: samples/s says it all

@@ -296,5 +296,6 @@ def test_workload_without_a_layer_table_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(tool, "get", lambda name: replace(real(name), flops=None)
                         if name == "oc20" else real(name))
     cfg = compose(["workload=oc20"])
-    with pytest.raises(SciperfError, match=r"counts cosmoflow, deepcam only.*workload=oc20"):
+    with pytest.raises(SciperfError,
+                       match=r"counts cosmoflow, deepcam, openfold only.*workload=oc20"):
         characterize(cfg)

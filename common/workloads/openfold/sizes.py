@@ -126,6 +126,14 @@ class ModelSpec:
 
     layer_norm_eps: float = 1e-5
 
+    # The sizes of a sample (the reference keeps them in the same AlphaFoldConfig): a
+    # training crop of crop_size residues, max_msa_clusters MSA rows (+ one row per
+    # template's torsion angles), max_extra_msa extra sequences, max_templates templates.
+    crop_size: int = 256
+    max_msa_clusters: int = 124
+    max_extra_msa: int = 1024
+    max_templates: int = 4
+
     def replace(self, **overrides: Any) -> ModelSpec:
         """A copy with ``overrides`` (unknown keys raise TypeError naming them)."""
         return dataclasses.replace(self, **overrides)
@@ -351,6 +359,7 @@ MINI: dict[str, Any] = {
     "template_blocks": 1, "template_c_hidden_tri_att": 8, "template_c_hidden_tri_mul": 16,
     "template_pointwise_c_hidden": 8,
     "num_heads_ipa": 4, "c_hidden_ipa": 8, "c_hidden_angle": 32, "plddt_c_hidden": 32,
+    "crop_size": 32, "max_msa_clusters": 16, "max_extra_msa": 64, "max_templates": 1,
 }
 
 

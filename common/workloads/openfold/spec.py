@@ -43,12 +43,16 @@ VAL_MAX_SEQUENCE_LENGTH = 700
 VAL_EVERY_ITERS = 40
 NUM_TRAIN_ITERS = 2000  # the reference's upper bound (--num_train_iters)
 
-# Features (REF config.py, the data pipeline).
-TRAIN_SEQUENCE_CROP_SIZE = 256
-MAX_MSA_CLUSTERS = 124  # 128 MSA rows enter the Evoformer: + 4 template torsion rows
-MAX_EXTRA_MSA = 1024
-MAX_TEMPLATES = 4
-TEMPLATES_ENABLED = True
+# A sample's sizes (REF config.py): the full model's, written once in sizes.ModelSpec —
+# crop 256, 124 MSA clusters (128 rows enter the Evoformer with the 4 template torsion
+# rows), 1,024 extra sequences, 4 templates, 3 recycling iterations (up to 4 passes; a
+# step's count is drawn from 0..3)
+_FULL = ModelSpec()
+TRAIN_SEQUENCE_CROP_SIZE = _FULL.crop_size
+MAX_MSA_CLUSTERS = _FULL.max_msa_clusters
+MAX_EXTRA_MSA = _FULL.max_extra_msa
+MAX_TEMPLATES = _FULL.max_templates
+NUM_RECYCLING_ITERS = _FULL.num_recycling_iters
 
 # Loss weights (REF config.py; FAPE is half backbone, half side chain).
 LOSS_WEIGHTS = {
@@ -81,9 +85,6 @@ RCP_SAMPLES = {
     256: (153600, 153600, 122880, 143360, 133120, 143360, 122880, 122880, 112640, 112640,
           133120, 153600, 122880, 133120, 122880, 153600, 143360, 133120, 133120, 112640),
 }
-# characterize: one training sample's FLOPs as multiples of ONE recycling pass's forward
-# (see flops.py); evaluation runs all passes of the full-length chain
-FLOPS_PASSES: tuple[float, float] | None = None  # set by flops.py when present
 
 
 def olympic_samples(gbs: int) -> float:
@@ -127,16 +128,13 @@ class TrainSpec:
 
 @dataclass
 class DataSpec:
-    """Dataset defaults: the reference's processed layout, its feature sizes, and the
-    synthetic generator's knobs (``sciperf prepare``)."""
+    """Dataset defaults: the reference's processed layout and the synthetic generator's
+    knobs (``sciperf prepare``). A sample's sizes (crop, MSA rows, templates) are model
+    keys, as in the reference's AlphaFoldConfig (``sizes.ModelSpec``)."""
 
     format: str = "processed"
     train_samples: int = TRAIN_SAMPLES
     eval_samples: int = EVAL_SAMPLES
-    crop_size: int = TRAIN_SEQUENCE_CROP_SIZE
-    max_msa_clusters: int = MAX_MSA_CLUSTERS
-    max_extra_msa: int = MAX_EXTRA_MSA
-    max_templates: int = MAX_TEMPLATES
     max_eval_length: int = VAL_MAX_SEQUENCE_LENGTH
     dataloader_type: str = DATALOADER_TYPES[0]
     min_length: int = 24  # synthetic chains: residues
@@ -197,7 +195,9 @@ def check_model(m: ModelSpec) -> None:
         if key.endswith("dropout"):
             if not 0 <= float(value) < 1:
                 raise ValueError(f"model.{key}={value} must be in [0, 1)")
-        elif float(value) <= 0 and not key.endswith("_min_bin"):
+        elif key == "max_templates" and int(value) < 0:  # 0: no templates
+            raise ValueError(f"model.{key}={value} must be >= 0")
+        elif key != "max_templates" and float(value) <= 0 and not key.endswith("_min_bin"):
             raise ValueError(f"model.{key}={value} must be > 0")
 
 
@@ -206,12 +206,9 @@ def check_config(cfg: Any) -> None:
     check_model(ModelSpec(**dict(cfg.model)))
     check_optimizer(cfg.opt)
     d, t = cfg.data, cfg.train
-    for key in ("crop_size", "max_msa_clusters", "max_extra_msa", "max_eval_length",
-                "min_length", "msa_depth"):
+    for key in ("max_eval_length", "min_length", "msa_depth"):
         if int(getattr(d, key)) < 1:
             raise ValueError(f"data.{key}={getattr(d, key)} must be >= 1")
-    if int(d.max_templates) < 0:
-        raise ValueError(f"data.max_templates={d.max_templates} must be >= 0")
     if int(d.max_length) < int(d.min_length):
         raise ValueError(f"data.max_length={d.max_length} must be >= data.min_length="
                          f"{d.min_length}")
@@ -226,11 +223,13 @@ def check_run(cfg: Any) -> None:
     """Closed-division rules of closed_openfold.yaml that depend on the user's choices."""
     if cfg.system.submission_division != "closed":
         return
+    m = cfg.model
     fixed = {"train.val_every_iters": (int(cfg.train.val_every_iters), VAL_EVERY_ITERS),
-             "data.crop_size": (int(cfg.data.crop_size), TRAIN_SEQUENCE_CROP_SIZE),
-             "data.max_msa_clusters": (int(cfg.data.max_msa_clusters), MAX_MSA_CLUSTERS),
-             "data.max_extra_msa": (int(cfg.data.max_extra_msa), MAX_EXTRA_MSA),
-             "data.max_templates": (int(cfg.data.max_templates), MAX_TEMPLATES)}
+             "model.crop_size": (int(m.crop_size), TRAIN_SEQUENCE_CROP_SIZE),
+             "model.max_msa_clusters": (int(m.max_msa_clusters), MAX_MSA_CLUSTERS),
+             "model.max_extra_msa": (int(m.max_extra_msa), MAX_EXTRA_MSA),
+             "model.max_templates": (int(m.max_templates), MAX_TEMPLATES),
+             "model.num_recycling_iters": (int(m.num_recycling_iters), NUM_RECYCLING_ITERS)}
     for key, (value, required) in fixed.items():
         if value != required:
             raise ValueError(f"{key}={value}: closed OpenFold requires {required}; run in "
@@ -252,7 +251,7 @@ def file_sha256(path: str | Path) -> str:
 
 def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:
     """closed_openfold.yaml's keys, in the reference's order (`seed` is the driver's)."""
-    o, t, d = cfg.opt, cfg.train, cfg.data
+    o, t, d, m = cfg.opt, cfg.train, cfg.data, cfg.model
     w = LOSS_WEIGHTS
     init = str(t.init_checkpoint)
     return {
@@ -263,12 +262,12 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
         "val_max_cameo_submission_date": VAL_MAX_CAMEO_SUBMISSION_DATE,
         "val_max_sequence_length": int(d.max_eval_length),
         "val_every_iters": int(t.val_every_iters),
-        "train_sequence_crop_size": int(d.crop_size),
-        "num_recycling_iters": int(cfg.model.num_recycling_iters),
-        "max_msa_clusters": int(d.max_msa_clusters),
-        "max_extra_msa": int(d.max_extra_msa),
-        "templates_enabled": int(d.max_templates) > 0,
-        "max_templates": int(d.max_templates),
+        "train_sequence_crop_size": int(m.crop_size),
+        "num_recycling_iters": int(m.num_recycling_iters),
+        "max_msa_clusters": int(m.max_msa_clusters),
+        "max_extra_msa": int(m.max_extra_msa),
+        "templates_enabled": int(m.max_templates) > 0,
+        "max_templates": int(m.max_templates),
         "fape_loss_weight": w["fape"],
         "fape_loss_backbone_weight": w["fape_backbone"],
         "fape_loss_sidechain_weight": w["fape_sidechain"],
@@ -287,6 +286,8 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
         "opt_gradient_clip_norm": float(o.clip_norm),
         "opt_learning_rate_warmup_init": float(o.warmup_lr_init),
         "opt_learning_rate_warmup_steps": int(o.warmup_steps),
+        "model_parameters_count": ModelSpec(**dict(m)).parameter_count(),
+        "gradient_accumulation_steps": 1,
         "init_checkpoint_sha256sum": file_sha256(init) if init else "none",
         "swa_enabled": True,
         "swa_decay_rate": float(o.swa_decay),

@@ -11,6 +11,7 @@ BACKENDS = {
     "cosmoflow": "sciperf_pytorch.workloads.cosmoflow.backend:CosmoFlowBackend",
     "deepcam": "sciperf_pytorch.workloads.deepcam.backend:DeepCamBackend",
     "oc20": "sciperf_pytorch.workloads.oc20.backend:OC20Backend",
+    "openfold": "sciperf_pytorch.workloads.openfold.backend:OpenFoldBackend",
 }
 
 

@@ -58,6 +58,7 @@ import torch
 from torch.nn import functional as F  # noqa: N812
 
 from sciperf.workloads.openfold import residue_constants as rc
+from sciperf.workloads.openfold.spec import LOSS_WEIGHTS as W
 from sciperf_pytorch.workloads.openfold import rigids
 
 __all__ = ["TERMS", "LossConfig", "backbone_fape", "chi_loss", "distogram_loss",
@@ -81,38 +82,39 @@ MASKED_MEAN_EPS = 1e-4  # the reference's _masked_mean (chi loss)
 @dataclass(frozen=True)
 class LossConfig:
     """Weights and knobs of the loss, defaulting to the reference's ``LossConfig`` for the
-    ``initial_training`` preset (REF openfold/config.py). The ``*_eps`` are the reference's
+    ``initial_training`` preset (REF openfold/config.py; the weights are the spec's
+    ``LOSS_WEIGHTS``, what MLLOG logs). The ``*_eps`` are the reference's
     per-term regularisers; they change the value in the last digits, so they stay knobs."""
 
-    fape_weight: float = 1.0
-    fape_backbone_weight: float = 0.5
-    fape_sidechain_weight: float = 0.5
+    fape_weight: float = W["fape"]
+    fape_backbone_weight: float = W["fape_backbone"]
+    fape_sidechain_weight: float = W["fape_sidechain"]
     fape_backbone_clamp: float = 10.0  # Å
     fape_backbone_length_scale: float = 10.0  # Å
     fape_sidechain_clamp: float = 10.0  # Å
     fape_sidechain_length_scale: float = 10.0  # Å
     fape_eps: float = 1e-4
-    chi_loss_weight: float = 1.0  # weight of the whole supervised chi term
+    chi_loss_weight: float = W["supervised_chi"]  # weight of the whole supervised chi term
     chi_weight: float = 0.5  # the squared-chi-error part inside it
     angle_norm_weight: float = 0.01  # the |‖angle‖ − 1| part inside it
     chi_eps: float = 1e-8
-    distogram_weight: float = 0.3
+    distogram_weight: float = W["distogram"]
     distogram_min_bin: float = 2.3125  # Å
     distogram_max_bin: float = 21.6875  # Å
     distogram_bins: int = 64
     distogram_eps: float = 1e-8
-    masked_msa_weight: float = 2.0
+    masked_msa_weight: float = W["masked_msa"]
     masked_msa_classes: int = 23  # 20 amino acids, X, gap, mask token
     masked_msa_eps: float = 1e-8
-    plddt_weight: float = 0.01
+    plddt_weight: float = W["plddt"]
     plddt_cutoff: float = 15.0  # Å, lDDT inclusion radius
     plddt_bins: int = 50
     plddt_eps: float = 1e-8
     min_resolution: float = 0.1  # Å; pLDDT and experimentally-resolved apply inside
     max_resolution: float = 3.0  # Å   [min_resolution, max_resolution]
-    experimentally_resolved_weight: float = 0.0
+    experimentally_resolved_weight: float = W["experimentally_resolved"]
     experimentally_resolved_eps: float = 1e-8
-    violation_weight: float = 0.0
+    violation_weight: float = W["violation"]
     violation_tolerance_factor: float = 12.0  # stddevs of the PDB bond/angle distributions
     clash_overlap_tolerance: float = 1.5  # Å
     violation_eps: float = 1e-8

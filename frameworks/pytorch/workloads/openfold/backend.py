@@ -1,0 +1,204 @@
+"""OpenFold in PyTorch: the hooks of the one backend template (``sciperf_pytorch.backend``).
+
+What is OpenFold's own (spec/openfold.md §3–6):
+
+* the batch is the reference's feature dict with a trailing recycling axis; every step
+  runs ``n + 1`` passes, ``n`` drawn from the reference dataloader's stream (the same on
+  every rank, :func:`sciperf.workloads.openfold.sampler.recycling_iterations`), the first
+  ``n`` without gradients; dropout is reseeded every step from
+  ``forward_<seed>_<rank>_<iteration>`` as the reference;
+* the loss is the reference's (``loss.py``) on the last pass's slice of the batch;
+* Adam (eps 1e-6), the global gradient norm clipped to 0.1 after the ranks' average, the LR
+  per step, then the EMA of the weights ("SWA", decay 0.9) that validation uses;
+* ``train.init_checkpoint``: the reference's resumable checkpoint (``alphafold_state_dict``
+  + ``optimizer_state_dict``, or a bare state dict) loaded strictly — read with
+  ``weights_only=True``, so the file never runs code; the EMA starts from it;
+* the metric: each validation chain's global lDDT-Cα of the EMA model's prediction after
+  all recycling passes, averaged over chains (one chain per batch).
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from sciperf.backends import RunContext
+from sciperf.errors import SciperfError
+from sciperf.workloads.openfold import sampler
+from sciperf.workloads.openfold.features import seed_from_string
+from sciperf.workloads.openfold.sizes import ModelSpec
+from sciperf_pytorch.backend import WorkloadBackend
+from sciperf_pytorch.workloads.openfold import loss as of_loss
+from sciperf_pytorch.workloads.openfold.model import AlphaFold
+
+Batch = dict[str, torch.Tensor]
+LDDT_EVAL_EPS = 1e-8  # the reference's validation lDDT (one eps inside the root and ratio)
+
+
+def load_reference_checkpoint(path: str | Path, model: nn.Module,
+                              optimizer: torch.optim.Optimizer | None) -> None:
+    """Load a reference-format checkpoint into `model` (strictly) and `optimizer`; one line
+    naming the file and the first mismatching parameter on any disagreement."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise SciperfError(f"train.init_checkpoint={path}: no such file") from None
+    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SciperfError(f"train.init_checkpoint={path}: not a checkpoint torch loads "
+                           f"with weights_only=True ({first[:200]})") from None
+    if not isinstance(state, Mapping):
+        raise SciperfError(f"train.init_checkpoint={path}: holds a {type(state).__name__}, "
+                           "not a state dict")
+    resumable = "alphafold_state_dict" in state and "optimizer_state_dict" in state
+    weights = state["alphafold_state_dict"] if resumable else state
+    _check_state_dict(path, weights, model)
+    model.load_state_dict(weights, strict=True)
+    if resumable and optimizer is not None:
+        try:
+            optimizer.load_state_dict(state["optimizer_state_dict"])
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise SciperfError(f"train.init_checkpoint={path}: its optimizer state does not "
+                               f"fit this model's Adam ({str(exc)[:200]})") from None
+
+
+def _check_state_dict(path: str | Path, weights: Mapping[str, Any], model: nn.Module) -> None:
+    """Names, order and shapes of `weights` against the model's, first mismatch named."""
+    ours = [(name, tuple(p.shape)) for name, p in model.state_dict().items()]
+    theirs = [(str(name), tuple(getattr(t, "shape", ()))) for name, t in weights.items()]
+    for i, (mine, found) in enumerate(zip(ours, theirs, strict=False)):
+        if mine[0] != found[0]:
+            raise SciperfError(f"train.init_checkpoint={path}: parameter {i} is {found[0]!r}, "
+                               f"the model's is {mine[0]!r}")
+        if mine[1] != found[1]:
+            raise SciperfError(f"train.init_checkpoint={path}: parameter {mine[0]} has shape "
+                               f"{list(found[1])}, the model's is {list(mine[1])}")
+    if len(ours) != len(theirs):
+        extra = theirs[len(ours)][0] if len(theirs) > len(ours) else ours[len(theirs)][0]
+        raise SciperfError(f"train.init_checkpoint={path}: {len(theirs)} tensors, the model "
+                           f"has {len(ours)} (first unmatched: {extra})")
+
+
+class OpenFoldBackend(WorkloadBackend):
+    """OpenFold's hooks: AlphaFold2, Adam with clipping, the EMA, the reference's loss."""
+
+    # ------------------------------------------------------------------ the network
+    def build_model(self, model_spec: ModelSpec) -> nn.Module:
+        """AlphaFold2 of `model_spec` (per-block gradient checkpointing as configured)."""
+        return AlphaFold(model_spec, checkpointing=bool(self.cfg.train.checkpointing))
+
+    def build_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """torch Adam as the reference (no weight decay, no amsgrad); LR set every step."""
+        o = self.cfg.opt
+        return torch.optim.Adam(params, lr=float(o.lr), betas=(float(o.beta_1),
+                                                               float(o.beta_2)),
+                                eps=float(o.eps), weight_decay=float(o.weight_decay),
+                                amsgrad=False)
+
+    def setup(self, ctx: RunContext) -> None:
+        """The template's setup, then the reference checkpoint and the EMA from it."""
+        super().setup(ctx)
+        if self.cfg.train.init_checkpoint:
+            load_reference_checkpoint(self.cfg.train.init_checkpoint, self.model,
+                                      self.optimizer)
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ema_started = False  # the first update copies (AveragedModel's rule)
+        steps = int(self.cfg.train.max_epochs) * self.workload.steps_per_epoch(self.cfg)
+        self.recycling = sampler.recycling_iterations(
+            int(self.cfg.seed), max(steps, 1), int(self.model_spec.num_recycling_iters))
+
+    def memory_format(self) -> None:
+        """Feature dicts have no channels-last layout."""
+        return None
+
+    # ------------------------------------------------------------------ batches
+    def to_device(self, x_np: Mapping[str, np.ndarray], y_np: Any) -> tuple[Batch, Batch]:
+        """A collated feature dict → device tensors; the loss and metric read the same
+        dict (inputs and supervision live together)."""
+        batch = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
+                 for k, v in x_np.items()}
+        return batch, batch
+
+    def batch_size(self, x: Batch) -> int:
+        """Chains in the batch."""
+        return int(x["aatype"].shape[0])
+
+    # ------------------------------------------------------------------ a step
+    def forward(self, x: Batch) -> dict[str, Any]:
+        """Training: this step's recycling count, dropout reseeded as the reference;
+        evaluation: the EMA model, every recycling pass."""
+        if self.net.training and torch.is_grad_enabled():
+            step = self.opt_step
+            n = int(self.recycling[min(step, len(self.recycling) - 1)])
+            torch.manual_seed(seed_from_string(
+                f"forward_{self.cfg.seed}_{self.ctx.rank}_{step + 1}"))
+            self._last_pass = n
+            return self.net(x, num_recycling=n)
+        self._last_pass = int(x["aatype"].shape[-1]) - 1
+        return self.ema(x, num_recycling=self._last_pass)
+
+    def _last(self, batch: Batch) -> Batch:
+        """The batch at the last pass's recycling index (what the loss and metric see)."""
+        n = self._last_pass
+        return {k: v[..., n] for k, v in batch.items()}
+
+    def loss_fn(self, out: dict[str, Any], y: Batch) -> torch.Tensor:
+        """The reference's loss on the last pass (fp32)."""
+        total, _ = of_loss.loss(_float(out), self._last(y))
+        return total
+
+    def clip_norm(self) -> float | None:
+        """The reference clips the averaged gradients' global norm to opt.clip_norm."""
+        bound = float(self.cfg.opt.clip_norm)
+        return bound if bound > 0 else None
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        """EMA ("SWA") update: avg += (p − avg)·(1 − decay); the first update copies."""
+        decay = float(self.cfg.opt.swa_decay)
+        for avg, p in zip(self.ema.parameters(), self.model.parameters(), strict=True):
+            if self.ema_started:
+                avg.add_((p.detach() - avg) * (1.0 - decay))
+            else:
+                avg.copy_(p.detach())
+        self.ema_started = True
+
+    def metric_sums(self, out: dict[str, Any], y: Batch) -> tuple[torch.Tensor, int]:
+        """(Σ per-chain global lDDT-Cα, chains) of the EMA model's final structure."""
+        last = self._last(y)
+        scores = of_loss.lddt_ca(out["final_atom_positions"].float(),
+                                 last["all_atom_positions"].float(),
+                                 last["all_atom_mask"].float(), eps=LDDT_EVAL_EPS,
+                                 per_residue=False)
+        return scores.double().sum(), int(scores.numel())
+
+    # ------------------------------------------------------------------ state
+    def extra_state(self) -> dict[str, Any]:
+        """The EMA weights (validation's model) and whether it has started."""
+        return {"ema": self.ema.state_dict(), "ema_started": torch.tensor(self.ema_started)}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore the EMA from a checkpoint."""
+        self.ema.load_state_dict(state["ema"])
+        self.ema_started = bool(state["ema_started"])
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """Canonical weights: the reference's state-dict names ('.' → '/')."""
+        return {name.replace(".", "/"): p.detach().cpu().float().numpy().copy()
+                for name, p in self.model.named_parameters()}
+
+
+def _float(tree: Any) -> Any:
+    """Outputs in fp32 for the loss (bf16 autocast leaves some in bf16)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.float() if tree.is_floating_point() else tree
+    if isinstance(tree, Mapping):
+        return {k: _float(v) for k, v in tree.items()}
+    return tree
