@@ -72,6 +72,9 @@ class WorkloadBackend(FrameworkBackend):
     name = "pytorch"
     runtime: ClassVar[Any] = runtime  # FrameworkBackend: matmul_flops, versions
     broadcast_buffers: ClassVar[bool] = True  # DDP: rank 0's buffers before every forward
+    # state.pt's names of the model's and the optimizer's state dicts (a workload may use
+    # its reference's, so that a checkpoint is also the reference's format: OpenFold)
+    state_keys: ClassVar[tuple[str, str]] = ("model", "optimizer")
 
     # ------------------------------------------------------------------ hooks
     def build_model(self, model_spec: Any) -> nn.Module:
@@ -314,7 +317,8 @@ class WorkloadBackend(FrameworkBackend):
     def save_state(self, folder: Path) -> None:
         """``state.pt``: model and optimizer state dicts, step counters, torch's RNG (the
         dropout masks to come) — tensors and plain containers only."""
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        model, optimizer = self.state_keys
+        torch.save({model: self.model.state_dict(), optimizer: self.optimizer.state_dict(),
                     "micro_step": self.micro_step, "opt_step": self.opt_step,
                     "torch_rng": torch.get_rng_state(), "extra": self.extra_state()},
                    folder / STATE_FILE)
@@ -325,8 +329,9 @@ class WorkloadBackend(FrameworkBackend):
         path = folder / STATE_FILE
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            model, optimizer = self.state_keys
+            self.model.load_state_dict(state[model])
+            self.optimizer.load_state_dict(state[optimizer])
             self.micro_step, self.opt_step = int(state["micro_step"]), int(state["opt_step"])
             torch.set_rng_state(state["torch_rng"])
             self.load_extra_state(state.get("extra", {}))

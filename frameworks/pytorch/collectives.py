@@ -79,7 +79,10 @@ class Comm:
         wrapped = self.hvd.DistributedOptimizer(optimizer,
                                                 named_parameters=model.named_parameters(),
                                                 backward_passes_per_step=backward_passes)
-        self.hvd.broadcast_optimizer_state(wrapped, root_rank=0)
+        if wrapped.state_dict()["state"]:  # a fresh optimizer has nothing to share, and
+            # Horovod would first "initialise" it with a zero-gradient step (Adam's step
+            # count 1, decoupled weight decay applied once): not what one rank trains
+            self.hvd.broadcast_optimizer_state(wrapped, root_rank=0)
         return wrapped
 
     def subgroup(self, size: int) -> dist.ProcessGroup:

@@ -50,12 +50,20 @@ def _depthwise(conv: nn.Module) -> bool:
 
 
 def _mapped(model: nn.Module) -> dict[str, tuple[torch.Tensor, str]]:
-    """Canonical name → (parameter or norm running buffer, kind) of every mapped child."""
+    """Canonical name → (parameter or norm running buffer, kind) of every mapped child —
+    or, for a model that declares ``NESTED_WEIGHTS`` (a deep module tree whose names are a
+    reference's: OpenFold), of every module at any depth, its path the layer name (``.`` →
+    ``/``), a module's own parameter of no kind a basis vector named after it."""
     declared = tuple(getattr(model, "WEIGHT_KINDS", ()))
+    nested = bool(getattr(model, "NESTED_WEIGHTS", False))
     out = {}
-    for layer, module in model.named_children():
+    for layer, module in model.named_modules() if nested else model.named_children():
+        layer = layer.replace(".", "/")
         kind = layer_kind(module, declared)
         if kind is None:
+            for param, tensor in module.named_parameters(recurse=False) if nested else ():
+                out[weights.canonical_name(f"{layer}/{param}", "frequencies", "torch",
+                                           "basis")] = (tensor, "basis")
             continue
         tensors = list(module.named_parameters(recurse=False))
         if kind == "norm":

@@ -46,7 +46,7 @@ from sciperf.workloads.openfold.features import (
     FeatureSizes,
     make_features,
 )
-from sciperf.workloads.openfold.parsers import parse_a3m, parse_hhr
+from sciperf.workloads.openfold.parsers import Alignment, TemplateHit, parse_a3m, parse_hhr
 from sciperf.workloads.openfold.sizes import ModelSpec
 from sciperf.workloads.openfold.templates import template_features
 
@@ -144,14 +144,11 @@ class ChainReader:
         if row is None:
             raise SciperfError(f"{root / layout.CHAINS_CSV}: no chain {chain_id}")
         chain = layout.load_chain(root, chain_id)
-        files = index.read(chain_id)
-        source = f"{root / layout.ALIGNMENTS_DIR}:{chain_id}"
-        msas = [parse_a3m(files[name], f"{source}/{name}") if files.get(name) else None
-                for name in layout.A3M_FILES]
+        msas, hits = parse_alignments(root, chain_id, index.read(chain_id),
+                                      templates=self.sizes.templates > 0)
         seed = item.seed if isinstance(item, Draw) else None
         templates = None
-        if self.sizes.templates and files.get(layout.HHR_FILE):
-            hits = parse_hhr(files[layout.HHR_FILE], f"{source}/{layout.HHR_FILE}")
+        if hits is not None:
             templates = template_features(
                 chain.sequence, hits, templates_db, query_pdb_id=row.pdb_id,
                 query_release_date=datetime.date.fromisoformat(row.release_date),
@@ -161,6 +158,21 @@ class ChainReader:
                   chain.resolution), msas, templates, mode="train" if train else "eval",
             sizes=self.sizes, seed=seed)
         return feats, np.zeros((), np.float32)
+
+
+def parse_alignments(root: str | Path, chain_id: str, files: dict[str, str], *,
+                     templates: bool) -> tuple[list[Alignment | None], list[TemplateHit] | None]:
+    """A chain's parsed alignment files (:meth:`.layout.AlignmentIndex.read`): its MSAs in
+    merge order (None where a file is absent or empty) and, when `templates`, its hhr hits
+    (None without an hhr). The reader and ``prepare data.source=existing`` both parse
+    through here, so verification meets a malformed file exactly as training would."""
+    source = f"{Path(root) / layout.ALIGNMENTS_DIR}:{chain_id}"
+    msas = [parse_a3m(files[name], f"{source}/{name}") if files.get(name) else None
+            for name in layout.A3M_FILES]
+    hits = None
+    if templates and files.get(layout.HHR_FILE):
+        hits = parse_hhr(files[layout.HHR_FILE], f"{source}/{layout.HHR_FILE}")
+    return msas, hits
 
 
 def model_reader(root: str | Path, fmt: str, model: ModelSpec) -> ChainReader:

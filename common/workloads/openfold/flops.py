@@ -253,13 +253,13 @@ def _kept_in_backward(found: list[Layer], spec: ModelSpec, s: SampleSizes) -> li
 
 # -- the tally: layers in forward order, parameters from the spec's weight table --------------
 class _Tally:
-    """Collects layers; a module's parameters come from ``ModelSpec.weight_shapes`` and are
+    """Collects layers; a module's parameters come from ``ModelSpec.reference_shapes`` and are
     carried by the first layer that names it (shared weights count once)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.modules: dict[str, dict[str, tuple[int, ...]]] = {}
-        for name, shape in spec.weight_shapes().items():
+        for name, shape in spec.reference_shapes().items():
             module, _, param = name.rpartition(".")
             self.modules.setdefault(module, {})[param] = shape
         self.claimed: set[str] = set()

@@ -11,7 +11,7 @@ from typing import Any
 
 from sciperf.data.layout import check_writable
 from sciperf.progress import Progress
-from sciperf.workloads.openfold import data, layout, synthetic
+from sciperf.workloads.openfold import data, layout, pretrain, synthetic
 
 
 def _request_knobs(cfg: Any) -> dict[str, Any]:
@@ -41,10 +41,19 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
           f"in {time.perf_counter() - start:.1f} s")
 
 
+def prepare_synthetic_and_start(cfg: Any, force: bool = False) -> None:
+    """The synthetic set, then the starting checkpoint when data.pretrain_epochs asks for
+    one (``pretrain``)."""
+    prepare_synthetic(cfg, force)
+    pretrain.pretrain(cfg, force)
+
+
 def verify_existing(cfg: Any, force: bool = False) -> None:
     """An existing processed dataset: every chain of both splits loads (dicts entry,
-    alignments) and the first of each split becomes a feature dict (kalign included when
-    its hits need realigning)."""
+    alignments parsed as the reader parses them: a3m, and hhr when the model has template
+    slots) and the first of each split becomes a feature dict (kalign included when its
+    hits need realigning). Training draws any chain: a malformed one is found here, not
+    mid-run."""
     root = Path(cfg.data.dir)
     model = data.ModelSpec(**dict(cfg.model))
     reader = data.model_reader(root, cfg.data.format, model)
@@ -54,12 +63,13 @@ def verify_existing(cfg: Any, force: bool = False) -> None:
         bar = Progress(len(files), f"{split} chains", unit="chains", enabled=True)
         for path in files:
             layout.load_chain(root, path.name)
-            index.read(path.name)
+            data.parse_alignments(root, path.name, index.read(path.name),
+                                  templates=model.max_templates > 0)
             bar.update()
         first = data.Draw(files[0], 0) if split == "train" else files[0]
         reader(first)
-        print(f"{root}: {len(files)} {split} chains load (entries, alignments); "
+        print(f"{root}: {len(files)} {split} chains load (entries, alignments parsed); "
               f"{files[0].name}'s features built")
 
 
-SOURCES = {"synthetic": prepare_synthetic, "existing": verify_existing}
+SOURCES = {"synthetic": prepare_synthetic_and_start, "existing": verify_existing}

@@ -2,7 +2,7 @@
 
 :class:`ModelSpec` holds every size and constant of the reference's ``initial_training``
 network (mlcommons/hpc openfold/config.py; shared/spec/openfold.md §2–3); its defaults are
-the full model. :meth:`ModelSpec.weight_shapes` lists every parameter tensor — the
+the full model. :meth:`ModelSpec.reference_shapes` lists every parameter tensor — the
 reference's state-dict name, its shape, in the reference's order — computed here from the
 sizes, so the count is derived, not asserted. The order matters beyond names: the
 reference's resumable checkpoint keys its Adam moments by parameter *position*.
@@ -140,6 +140,28 @@ class ModelSpec:
 
     # -- the parameter table ------------------------------------------------------------
     def weight_shapes(self) -> Shapes:
+        """The canonical ``.npz`` entries (``sciperf.weights``), in reference order: the
+        module path with ``/``, a Linear's weight as ``kernel`` (in, out) and its ``bias``,
+        a LayerNorm's as ``gamma``/``beta``, a module's own free vector (IPA's head weights)
+        as a basis, ``<path>/<name>/frequencies`` — what the frameworks' generic mappers
+        write for this model."""
+        out: Shapes = {}
+        table = self.reference_shapes()
+        for name, shape in table.items():
+            module, _, param = name.rpartition(".")
+            layer = module.replace(".", "/")
+            scale = len(table.get(f"{module}.weight", ())) == 1  # a 1-D weight: a norm's γ
+            if param == "weight" and len(shape) == 2:
+                out[f"{layer}/kernel"] = (shape[1], shape[0])
+            elif param in ("weight", "bias") and scale:
+                out[f"{layer}/{'gamma' if param == 'weight' else 'beta'}"] = shape
+            elif param == "bias":
+                out[f"{layer}/bias"] = shape
+            else:
+                out[f"{layer}/{param}/frequencies"] = shape
+        return out
+
+    def reference_shapes(self) -> Shapes:
         """Every parameter tensor: reference state-dict name → shape, in reference order."""
         shapes: Shapes = {}
         for part in (self._input_embedder, self._recycling_embedder,
@@ -151,8 +173,8 @@ class ModelSpec:
         return shapes
 
     def parameter_count(self) -> int:
-        """Trainable parameters: the sum over :meth:`weight_shapes`."""
-        return sum(math.prod(shape) for shape in self.weight_shapes().values())
+        """Trainable parameters: the sum over :meth:`reference_shapes`."""
+        return sum(math.prod(shape) for shape in self.reference_shapes().values())
 
     def _input_embedder(self) -> Shapes:
         p = "input_embedder"

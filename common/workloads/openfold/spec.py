@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.errors import SciperfError
 from sciperf.workloads.openfold.sizes import FULL_PARAMETER_COUNT, ModelSpec
 
 __all__ = ["FULL_PARAMETER_COUNT", "ModelSpec"]
@@ -141,6 +142,9 @@ class DataSpec:
     max_length: int = 48
     msa_depth: int = 32  # synthetic MSA rows per chain (the query included)
     templates: bool = False  # synthetic template hits (hhr + kalign realignment)
+    # cycles `sciperf prepare` pre-trains the starting checkpoint for (0: none; the mini's
+    # train.init_checkpoint is that file, <data.dir>/pretrained.pt)
+    pretrain_epochs: int = 0
 
 
 def lr_for_step(o: Any, step: int) -> float:
@@ -206,6 +210,8 @@ def check_config(cfg: Any) -> None:
     check_model(ModelSpec(**dict(cfg.model)))
     check_optimizer(cfg.opt)
     d, t = cfg.data, cfg.train
+    if int(d.pretrain_epochs) < 0:
+        raise ValueError(f"data.pretrain_epochs={d.pretrain_epochs} must be >= 0")
     for key in ("max_eval_length", "min_length", "msa_depth"):
         if int(getattr(d, key)) < 1:
             raise ValueError(f"data.{key}={getattr(d, key)} must be >= 1")
@@ -240,12 +246,18 @@ def check_run(cfg: Any) -> None:
                          "in division open")
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file, read in 16 MiB blocks (the 1.1 GiB checkpoint in ~1 s)."""
+def file_sha256(path: str | Path, key: str = "train.init_checkpoint") -> str:
+    """SHA-256 of a file, read in 16 MiB blocks (the 1.1 GiB checkpoint in ~1 s); an
+    unreadable file is one line naming `key`."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(16 << 20), b""):
-            digest.update(block)
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(16 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise SciperfError(f"{key}={path}: no such file") from None
+    except OSError as exc:
+        raise SciperfError(f"{key}={path}: cannot be read ({exc.strerror or exc})") from None
     return digest.hexdigest()
 
 

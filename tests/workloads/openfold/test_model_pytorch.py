@@ -106,7 +106,7 @@ def seeded_weights(spec: ModelSpec, seed: int = 1) -> dict[str, torch.Tensor]:
     zero output layers): LayerNorm scales 1 + 0.1·N, matrices N/√fan_in, vectors 0.1·N."""
     g = np.random.default_rng(seed)
     weights = {}
-    for name, shape in spec.weight_shapes().items():
+    for name, shape in spec.reference_shapes().items():
         x = g.standard_normal(shape)
         if "layer_norm" in name and name.endswith("weight"):
             x = 1 + 0.1 * x
@@ -129,7 +129,7 @@ def test_full_model_parameters_equal_the_table():
     with torch.device("meta"):
         model = AlphaFold(spec)
     got = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    assert got == list(spec.weight_shapes().items())
+    assert got == list(spec.reference_shapes().items())
     assert len(got) == 5044
     assert sum(p.numel() for p in model.parameters()) == 93_229_082
     assert list(model.buffers()) == []  # the state dict is the parameters, as the reference's
@@ -139,9 +139,9 @@ def test_mini_model_parameters_equal_the_table():
     spec = mini_spec()
     model = AlphaFold(spec)
     got = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    assert got == list(spec.weight_shapes().items())
+    assert got == list(spec.reference_shapes().items())
     assert sum(p.numel() for p in model.parameters()) == 199_226
-    assert list(model.state_dict()) == list(spec.weight_shapes())
+    assert list(model.state_dict()) == list(spec.reference_shapes())
 
 
 # -- values of the reference ---------------------------------------------------------------

@@ -31,7 +31,7 @@ def test_full_table_equals_the_reference_table():
         rows = list(csv.DictReader(f, delimiter="\t"))
     reference = [(row["name"], tuple(ast.literal_eval(row["shape"]))) for row in rows]
     assert [int(row["index"]) for row in rows] == list(range(len(rows)))
-    ours = list(ModelSpec().weight_shapes().items())
+    ours = list(ModelSpec().reference_shapes().items())
     assert len(ours) == len(reference) == 5044
     for i, (mine, theirs) in enumerate(zip(ours, reference, strict=True)):
         assert mine == theirs, f"entry {i}"
@@ -41,7 +41,7 @@ def test_full_table_equals_the_reference_table():
 def test_full_parameter_count_and_breakdown():
     """93,229,082 (closed_openfold.yaml) split by module as spec §2 lists it."""
     spec = ModelSpec()
-    shapes = spec.weight_shapes()
+    shapes = spec.reference_shapes()
     assert spec.parameter_count() == sizes.FULL_PARAMETER_COUNT == 93_229_082
     breakdown = {"evoformer_stack.": 87_936_384, "extra_msa_stack.": 2_805_248,
                  "structure_module.": 2_019_116, "template_pair_stack.": 218_368,
@@ -66,7 +66,7 @@ def test_mini_variant():
     full = ModelSpec()
     assert all(getattr(full, key) != value for key, value in MINI.items())  # real overrides
     # Every block type is still there: templates, extra MSA, Evoformer, SM, heads.
-    shapes = spec.weight_shapes()
+    shapes = spec.reference_shapes()
     for prefix in ("template_pair_stack.blocks.0.", "template_pointwise_attention.",
                    "extra_msa_stack.blocks.0.msa_att_col.global_attention.",
                    "evoformer_stack.blocks.1.", "structure_module.ipa.",
@@ -77,7 +77,7 @@ def test_mini_variant():
 
 def test_sizes_follow_the_spec_fields():
     spec = ModelSpec().replace(evoformer_blocks=3, c_z=8, num_heads_ipa=2)
-    shapes = spec.weight_shapes()
+    shapes = spec.reference_shapes()
     assert shapes["evoformer_stack.blocks.2.core.tri_mul_out.linear_z.weight"] == (8, 128)
     assert "evoformer_stack.blocks.3.msa_att_row.layer_norm_m.weight" not in shapes
     assert shapes["structure_module.ipa.head_weights"] == (2,)

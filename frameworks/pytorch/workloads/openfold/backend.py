@@ -20,7 +20,8 @@ What is OpenFold's own (spec/openfold.md §3–6):
 from __future__ import annotations
 
 import copy
-import pickle
+import re
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,50 +45,114 @@ LDDT_EVAL_EPS = 1e-8  # the reference's validation lDDT (one eps inside the root
 
 def load_reference_checkpoint(path: str | Path, model: nn.Module,
                               optimizer: torch.optim.Optimizer | None) -> None:
-    """Load a reference-format checkpoint into `model` (strictly) and `optimizer`; one line
-    naming the file and the first mismatching parameter on any disagreement."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise SciperfError(f"train.init_checkpoint={path}: no such file") from None
-    except (OSError, RuntimeError, pickle.UnpicklingError, EOFError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SciperfError(f"train.init_checkpoint={path}: not a checkpoint torch loads "
-                           f"with weights_only=True ({first[:200]})") from None
+    """Load a reference-format checkpoint into `model` (strictly) and `optimizer`: the
+    reference's resumable dict (``alphafold_state_dict``, ``optimizer_state_dict``,
+    ``iteration``, which initialisation ignores as the reference does) or a bare state
+    dict. Read with ``weights_only=True``, so the file never runs code; any disagreement is
+    one line naming the file and the first mismatching parameter."""
+    key = f"train.init_checkpoint={path}"
+    state = _load_weights_only(path, key)
     if not isinstance(state, Mapping):
-        raise SciperfError(f"train.init_checkpoint={path}: holds a {type(state).__name__}, "
-                           "not a state dict")
-    resumable = "alphafold_state_dict" in state and "optimizer_state_dict" in state
-    weights = state["alphafold_state_dict"] if resumable else state
-    _check_state_dict(path, weights, model)
+        raise SciperfError(f"{key}: holds a {type(state).__name__}, not a state dict")
+    weights = state.get("alphafold_state_dict", state)
+    if not isinstance(weights, Mapping):
+        raise SciperfError(f"{key}: alphafold_state_dict is a {type(weights).__name__}, not "
+                           "a state dict")
+    _check_state_dict(key, weights, model)
     model.load_state_dict(weights, strict=True)
-    if resumable and optimizer is not None:
-        try:
-            optimizer.load_state_dict(state["optimizer_state_dict"])
-        except (ValueError, KeyError, RuntimeError) as exc:
-            raise SciperfError(f"train.init_checkpoint={path}: its optimizer state does not "
-                               f"fit this model's Adam ({str(exc)[:200]})") from None
+    if optimizer is not None and weights is not state and "optimizer_state_dict" in state:
+        _load_optimizer_state(key, state["optimizer_state_dict"], optimizer, model)
 
 
-def _check_state_dict(path: str | Path, weights: Mapping[str, Any], model: nn.Module) -> None:
-    """Names, order and shapes of `weights` against the model's, first mismatch named."""
-    ours = [(name, tuple(p.shape)) for name, p in model.state_dict().items()]
-    theirs = [(str(name), tuple(getattr(t, "shape", ()))) for name, t in weights.items()]
-    for i, (mine, found) in enumerate(zip(ours, theirs, strict=False)):
-        if mine[0] != found[0]:
-            raise SciperfError(f"train.init_checkpoint={path}: parameter {i} is {found[0]!r}, "
-                               f"the model's is {mine[0]!r}")
-        if mine[1] != found[1]:
-            raise SciperfError(f"train.init_checkpoint={path}: parameter {mine[0]} has shape "
-                               f"{list(found[1])}, the model's is {list(mine[1])}")
-    if len(ours) != len(theirs):
-        extra = theirs[len(ours)][0] if len(theirs) > len(ours) else ours[len(theirs)][0]
-        raise SciperfError(f"train.init_checkpoint={path}: {len(theirs)} tensors, the model "
-                           f"has {len(ours)} (first unmatched: {extra})")
+# torch's refusal names the global (``GLOBAL posix.system``) or the pickle opcode it stopped at
+_REFUSAL = re.compile(r"GLOBAL ([\w.]+)|Unsupported operand (\d+)")
+
+
+def _load_weights_only(path: str | Path, key: str) -> Any:
+    """``torch.load(weights_only=True)`` of `path`, every failure one line: torch's own
+    message is a paragraph of advice to load the file unsafely, so only its reason stays."""
+    try:
+        with warnings.catch_warnings():  # a plain pickle makes torch warn before refusing
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise SciperfError(f"{key}: no such file") from None
+    except Exception as exc:  # noqa: BLE001 (a damaged file raises many types; one meaning)
+        found = _REFUSAL.search(str(exc))
+        if found and found.group(1):
+            raise SciperfError(f"{key}: refused, it names GLOBAL {found.group(1)}, which "
+                               "torch's weights_only loader does not allow (nothing in the "
+                               "file was run)") from None
+        reason = f"unsupported pickle opcode {found.group(2)}" if found else _first_line(exc)
+        raise SciperfError(f"{key}: not a checkpoint torch loads with weights_only=True "
+                           f"({reason})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def _check_state_dict(key: str, weights: Mapping[str, Any], model: nn.Module) -> None:
+    """Names, order and shapes of `weights` against the model's (the order matters: the
+    optimizer state is indexed by position); the first mismatch named."""
+    ours = [(name, tuple(t.shape)) for name, t in model.state_dict().items()]
+    theirs = [(str(name), tuple(t.shape) if isinstance(t, torch.Tensor) else None)
+              for name, t in weights.items()]
+    our_names, their_names = {n for n, _ in ours}, {n for n, _ in theirs}
+    for i, ((mine, shape), (found, their_shape)) in enumerate(zip(ours, theirs, strict=False)):
+        if mine != found:
+            raise SciperfError(f"{key}: {_name_mismatch(i, mine, found, our_names, their_names)}")
+        if their_shape != shape:
+            what = "is not a tensor" if their_shape is None else \
+                f"has shape {list(their_shape)}"
+            raise SciperfError(f"{key}: parameter {mine} {what}, the model's is {list(shape)}")
+    counts = f"{len(theirs)} tensors, the model has {len(ours)}"
+    if len(theirs) > len(ours):
+        raise SciperfError(f"{key}: unexpected tensor {theirs[len(ours)][0]} ({counts})")
+    if len(theirs) < len(ours):
+        raise SciperfError(f"{key}: lacks parameter {ours[len(theirs)][0]} ({counts})")
+
+
+def _name_mismatch(i: int, mine: str, found: str, our_names: set[str],
+                   their_names: set[str]) -> str:
+    """What differs at index `i`: a parameter missing, a tensor too many, one renamed, or
+    the same names in another order."""
+    if mine not in their_names and found in our_names:
+        return f"lacks parameter {mine} (index {i} holds {found})"
+    if found not in our_names and mine in their_names:
+        return f"unexpected tensor {found} at index {i} (the model's is {mine})"
+    if mine not in their_names:
+        return f"parameter {i} is {found}, the model's is {mine}"
+    return (f"parameter {i} is {found}, the model's is {mine}: the same names in another "
+            "order (the optimizer state is indexed by position)")
+
+
+def _load_optimizer_state(key: str, state: Any, optimizer: torch.optim.Optimizer,
+                          model: nn.Module) -> None:
+    """The reference's Adam state into `optimizer`; its moments must have each parameter's
+    shape (torch checks only the group sizes, and a wrong moment fails at the first step)."""
+    try:
+        optimizer.load_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 (torch raises Value/Key/Type errors here)
+        raise SciperfError(f"{key}: its optimizer_state_dict does not fit this model's Adam "
+                           f"({_first_line(exc)})") from None
+    names = {id(p): name for name, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for slot, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
+                    raise SciperfError(f"{key}: optimizer_state_dict's {slot} of parameter "
+                                       f"{names.get(id(p), '?')} has shape "
+                                       f"{list(value.shape)}, the model's is {list(p.shape)}")
 
 
 class OpenFoldBackend(WorkloadBackend):
     """OpenFold's hooks: AlphaFold2, Adam with clipping, the EMA, the reference's loss."""
+
+    # a checkpoint's state.pt is also a reference resumable checkpoint (its two keys; the
+    # reference ignores sciperf's others): train.init_checkpoint takes either
+    state_keys = ("alphafold_state_dict", "optimizer_state_dict")
 
     # ------------------------------------------------------------------ the network
     def build_model(self, model_spec: ModelSpec) -> nn.Module:
@@ -189,10 +254,6 @@ class OpenFoldBackend(WorkloadBackend):
         self.ema.load_state_dict(state["ema"])
         self.ema_started = bool(state["ema_started"])
 
-    def export_weights(self) -> dict[str, np.ndarray]:
-        """Canonical weights: the reference's state-dict names ('.' → '/')."""
-        return {name.replace(".", "/"): p.detach().cpu().float().numpy().copy()
-                for name, p in self.model.named_parameters()}
 
 
 def _float(tree: Any) -> Any:

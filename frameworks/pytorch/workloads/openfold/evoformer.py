@@ -3,7 +3,7 @@ template pointwise attention (AF2 supplement §1.6–1.7; shared/spec/openfold.m
 
 Attribute names are the reference's state-dict names (``msa_att_row``, ``core.tri_mul_out``
 …) and are created in the reference's order, so ``named_parameters`` lines up with
-``ModelSpec.weight_shapes`` and the reference checkpoint loads strictly.
+``ModelSpec.reference_shapes`` and the reference checkpoint loads strictly.
 
 Shapes: MSA m [B, S, N, c_m], pair z [B, N, N, c_z], MSA mask [B, S, N], pair mask
 [B, N, N]. Every update is residual; dropout is applied to the update only.

@@ -1,7 +1,7 @@
 """AlphaFold2 as the MLPerf HPC OpenFold benchmark trains it (``initial_training``), built
 from :class:`sciperf.workloads.openfold.sizes.ModelSpec` (shared/spec/openfold.md §2–3).
 
-``named_parameters()`` equals ``ModelSpec.weight_shapes()`` — the reference's names,
+``named_parameters()`` equals ``ModelSpec.reference_shapes()`` — the reference's names,
 shapes and order (5,044 tensors, 93,229,082 parameters at full size) — so the reference's
 resumable checkpoint loads with ``strict=True`` and its Adam state (indexed by parameter
 position) lines up. There are no buffers.
@@ -55,6 +55,10 @@ Recycled = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # m0, z, atom37 posi
 
 class AlphaFold(nn.Module):
     """The network; ``checkpointing`` recomputes each stack block in backward (training)."""
+
+    # canonical weights map every module of the tree by its reference path
+    # (sciperf_pytorch.weights; ModelSpec.weight_shapes lists the entries)
+    NESTED_WEIGHTS = True
 
     def __init__(self, spec: ModelSpec | None = None, checkpointing: bool = True) -> None:
         super().__init__()
