@@ -12,6 +12,7 @@ targets are reported here, never asserted in timed tests.
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,7 +65,11 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
     rate = samples / seconds
+    # the process's peak resident memory so far (rows run smallest first, so a full
+    # row's value is its own peak; CPU runs only: a GPU's memory is not counted)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"framework": framework, "model": experiment, "precision": precision,
+            "peak_rss_MB": round(peak), "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": round(rate, 3),
@@ -242,6 +247,7 @@ def bench(overrides: list[str]) -> int:
     the JSON."""
     opts = dict(o.split("=", 1) for o in overrides if "=" in o)
     frameworks = opts.pop("framework", "pytorch").split(",")
+    only = [c for c in opts.pop("bench.cases", "").split(",") if c]  # e.g. bench.cases=full
     out = Path(opts.pop("output", "bench"))
     name = opts.get("workload", DEFAULT)
     workload = get(name)
@@ -250,22 +256,27 @@ def bench(overrides: list[str]) -> int:
     root = out / "data" / name
     result: dict[str, Any] = {"workload": name, "machine": machine(), "train": [],
                               "input": []}
+    unknown = sorted(set(only) - set(cases.train) - {"input"})
+    if unknown:
+        raise SciperfError(f"bench.cases={','.join(only)}: {unknown[0]} is not one of "
+                           f"{', '.join([*cases.train, 'input'])}")
     for fw in frameworks:
-        for experiment in cases.train:
+        for experiment in (e for e in cases.train if not only or e in only):
             for precision in ("fp32", "bf16"):
                 row = train_case(fw, experiment, precision, root, extra)
                 result["train"].append(row)
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
                       f"{row['samples_per_s']:8.3f} samples/s{_units(row)}", flush=True)
-    _input_rows(workload, root, result)
-    if cases.staging:
+    if not only or "input" in only:
+        _input_rows(workload, root, result)
+    if cases.staging and not only:
         sizes, n = cases.input[-1]
         row = staging_case(cases.dataset(root, _input_model(workload, dict(sizes)), "npy", n))
         result["staging"] = row
         for method, m in row["methods"].items():
             print(f"staging {method:<15} {row['MB']} MB: {m['median_s']:.3f} s "
                   f"({m['MB_per_s']} MB/s)", flush=True)
-    if cases.scaling:
+    if cases.scaling and not only:
         result["scaling"] = []
         for fw in frameworks:
             row = scaling_case(workload, fw, root)

@@ -54,3 +54,11 @@ def test_a_workload_without_cases_is_one_line() -> None:
     bare = replace(get(WORKLOADS[0]), bench=None)
     with pytest.raises(SciperfError, match=f"no cases for workload={bare.name}"):
         bench._cases(bare)
+
+
+def test_bench_cases_selects_rows_and_names_an_unknown_one() -> None:
+    """`bench.cases=` picks rows (a user comparing machines wants only the full model);
+    a case the workload lacks is one line listing what exists."""
+    with pytest.raises(SciperfError, match=r"bench.cases=huge: huge is not one of mini, full, "
+                                           r"input"):
+        bench.bench([f"workload={WORKLOADS[0]}", "bench.cases=huge"])
