@@ -44,6 +44,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
     workload = get(base.workload)
     cases = _cases(workload)
+    extra = [*cases.overrides, *extra]
     n, gbs, epochs = cases.train[experiment]
     n_eval = max(n // 2, 1)
     fmt = cases.format

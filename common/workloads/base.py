@@ -98,6 +98,9 @@ class BenchCases:
     staging: bool = False  # time staging against cp -r on this workload's data
     scaling: bool = False  # time 1 vs 2 ranks through the real launcher
     format: str = "npy"  # the format the training rows read (the fastest the workload has)
+    # config overrides every timed row adds (OpenFold: no starting checkpoint — a row's
+    # speed does not depend on the weights, and the timing data has none)
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ def _backend(framework: str, name: str, root: Path):
     epoch = ["train.val_every_iters=2"] if w.sharding == "sampled" else []
     cfg = compose([f"workload={name}", "experiment=mini", f"framework={framework}",
                    f"data.dir={folder}", f"data.format={fmt}", f"data.train_samples={n}",
-                   f"data.eval_samples={gbs}", f"train.global_batch_size={gbs}", *epoch])
+                   f"data.eval_samples={gbs}", f"train.global_batch_size={gbs}", *epoch,
+                   *w.bench.overrides])
     backend = load_backend(framework, name)
     backend.setup(RunContext(cfg, w, w.dataset.list_samples(folder, "train", fmt, n),
                              w.dataset.list_samples(folder, "validation", fmt, gbs), gbs))

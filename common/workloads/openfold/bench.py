@@ -47,4 +47,5 @@ CASES = BenchCases(
     dataset=dataset,
     size=size,
     format=layout.FORMAT,
+    overrides=("train.init_checkpoint=", "data.pretrain_epochs=0"),
 )

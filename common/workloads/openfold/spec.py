@@ -255,7 +255,9 @@ def file_sha256(path: str | Path, key: str = "train.init_checkpoint") -> str:
             for block in iter(lambda: f.read(16 << 20), b""):
                 digest.update(block)
     except FileNotFoundError:
-        raise SciperfError(f"{key}={path}: no such file") from None
+        raise SciperfError(f"{key}={path}: no such file (a mini's starting checkpoint is made "
+                           "by `sciperf prepare workload=openfold experiment=mini`; a closed "
+                           f"run's is the reference's {INIT_CHECKPOINT_NAME})") from None
     except OSError as exc:
         raise SciperfError(f"{key}={path}: cannot be read ({exc.strerror or exc})") from None
     return digest.hexdigest()

@@ -20,7 +20,6 @@ iteration, no gradient checkpointing), so most cases end at setup or the first s
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -49,8 +48,7 @@ RUN = ("workload=openfold", "experiment=mini", "data.train_samples=1", "data.eva
 EXISTING = ("workload=openfold", "experiment=mini", "data.source=existing",
             f"data.train_samples={TRAIN_CHAINS}", f"data.eval_samples={EVAL_CHAINS}")
 # the datasets here need no pre-trained starting checkpoint (making one costs minutes)
-NO_PRETRAIN = ("data.pretrain_epochs=0",) if "pretrain_epochs" in {
-    f.name for f in dataclasses.fields(of_spec.DataSpec)} else ()
+NO_PRETRAIN = ("data.pretrain_epochs=0",)
 
 
 # ------------------------------------------------------------------ running the command

@@ -39,8 +39,7 @@ BIN = Path(sys.executable).parent
 WORKLOAD = get("openfold")
 # these tests are about ranks, staging and resuming, not the starting point: no
 # pre-trained starting checkpoint (a prepare that makes one would cost minutes here)
-_PRETRAIN = (["data.pretrain_epochs=0"] if "pretrain_epochs" in
-             {f.name for f in dataclasses.fields(spec.DataSpec)} else [])
+_PRETRAIN = ["data.pretrain_epochs=0"]
 SMALL = ["workload=openfold", "experiment=mini", "data.train_samples=16", "data.eval_samples=2",
          "framework.threads=1", "train.init_checkpoint=", *_PRETRAIN]
 RUN = ["train.global_batch_size=2", "train.val_every_iters=2", "train.max_epochs=1"]
