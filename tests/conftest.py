@@ -78,3 +78,82 @@ def tf_dali():
     from sciperf_tensorflow import dali as tf_dali
 
     return tf_dali
+
+
+def _epoch_records(log: Path, key: str) -> list[int]:
+    """epoch_num of every `key` record in an MLLOG file (empty while it does not exist)."""
+    import json
+
+    text = log.read_text() if log.exists() else ""
+    return [json.loads(ln.split(" ", 1)[1])["metadata"]["epoch_num"]
+            for ln in text.splitlines() if ln.startswith(":::MLLOG ") and f'"{key}"' in ln]
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` has stopped: a signal sent before that may
+    already be taken by a thread still running (gone from the pending set, handled)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue  # the thread ended
+    return all(state in "tT" for state in states)
+
+
+def _pending(pid: int, sig: int) -> bool:
+    """Whether `sig` waits, undelivered, at process `pid` (it is stopped)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    masks = [int(ln.split()[1], 16) for ln in status.splitlines()
+             if ln.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(m & (1 << (sig - 1)) for m in masks)
+
+
+class EpochStop:
+    """Signals a run while it is inside a given epoch, deterministically.
+
+    A mini epoch lasts ~0.15 s (5–20 ms steps), shorter than polling plus a signal's way
+    through Slurm: the ranks are frozen (SIGSTOP) the moment the epoch's epoch_start is
+    logged, the signal is sent and waits, pending, at every rank, then SIGCONT delivers it
+    — so the run meets it at its next optimizer step, inside that epoch."""
+
+    def __call__(self, log: Path, ranks, epoch: int, send, sig: int,
+                 timeout: float = 600.0) -> None:
+        """`ranks()`: the pids to freeze (empty while they are starting); `send()` sends
+        `sig` (directly, or through scancel)."""
+        import signal
+        import time
+
+        deadline = time.time() + timeout
+        while epoch not in _epoch_records(log, "epoch_start"):
+            if time.time() > deadline:
+                pytest.fail(f"timed out waiting for epoch {epoch} in {log}")
+            time.sleep(0.002)
+        pids = ranks()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            while not all(_stopped(pid) for pid in pids):
+                if time.time() > deadline:
+                    pytest.fail(f"the ranks {pids} never stopped")
+                time.sleep(0.001)
+            if epoch in _epoch_records(log, "epoch_stop"):
+                pytest.fail(f"epoch {epoch} ended before the ranks could be frozen")
+            send()
+            wait = time.time() + 60
+            while not all(_pending(pid, sig) for pid in pids):
+                if time.time() > wait:
+                    states = {pid: [ln for ln in Path(f"/proc/{pid}/status").read_text()
+                                    .splitlines() if ln.startswith(("State", "Sig", "Shd"))]
+                              for pid in pids}
+                    pytest.fail(f"signal {sig} never reached the frozen ranks {states}")
+                time.sleep(0.01)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def stop_inside_epoch() -> EpochStop:
+    """See :class:`EpochStop`."""
+    return EpochStop()

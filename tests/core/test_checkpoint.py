@@ -11,7 +11,6 @@ import pickle
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -178,21 +177,19 @@ def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
     assert not checkpoint.folder(out).exists()
 
 
-def _stop_in_epoch_2(cmd: list[str], sig: signal.Signals = signal.SIGUSR1
+def _stop_in_epoch_2(cmd: list[str], stop_inside_epoch, sig: signal.Signals = signal.SIGUSR1
                      ) -> subprocess.CompletedProcess:
-    """Start `cmd`, send `sig` (SIGUSR1: Slurm's --signal) once epoch 2 has begun."""
+    """Run `cmd`; `sig` (SIGUSR1: Slurm's --signal) reaches it inside epoch 2."""
     out = Path(next(a for a in cmd if a.startswith("output_dir="))[len("output_dir="):])
     env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
-    log = out / "result_0.txt"
-    deadline = time.time() + 300
-    while time.time() < deadline and '"epoch_num": 2' not in (log.read_text()
-                                                               if log.exists() else ""):
-        time.sleep(0.05)
-    time.sleep(0.1)
-    proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=300)
+    try:
+        stop_inside_epoch(out / "result_0.txt", lambda: [proc.pid], 2,
+                          lambda: proc.send_signal(sig), sig)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
@@ -200,7 +197,8 @@ def _stop_in_epoch_2(cmd: list[str], sig: signal.Signals = signal.SIGUSR1
                                               ("tensorflow", signal.SIGUSR1),
                                               ("pytorch", signal.SIGTERM)])
 def test_a_stop_request_checkpoints_mid_epoch_and_the_resume_is_exact(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path, framework: str, sig) -> None:
+        sciperf_cmd, tiny_mini_data, tmp_path: Path, framework: str, sig,
+        stop_inside_epoch) -> None:
     """8 steps per epoch; the request — SIGUSR1 (Slurm's --signal), or SIGTERM (preemption,
     time limit) within train.term_grace_s — lands inside epoch 2: every rank stops at the
     next optimizer step, the checkpoint holds the epoch's progress, exit 75 (EX_TEMPFAIL),
@@ -213,7 +211,7 @@ def test_a_stop_request_checkpoints_mid_epoch_and_the_resume_is_exact(
     out = tmp_path / "run"
     cmd = [*sciperf_cmd, *BASE, f"framework={framework}", f"data.dir={tiny_mini_data}",
            f"output_dir={out}", "train.max_epochs=3", *small]
-    stopped = _stop_in_epoch_2(cmd, sig)
+    stopped = _stop_in_epoch_2(cmd, stop_inside_epoch, sig)
     assert stopped.returncode == 75, stopped.stderr[-2000:]
     assert _summary(out)["status"] == "checkpointed"
     inside = sorted(checkpoint.folder(out).glob("epoch_0001_step_*"))
@@ -247,7 +245,8 @@ def test_sigterm_waits_for_a_checkpoint_only_where_the_launcher_leaves_time(monk
 
 
 def test_sigterm_without_grace_ends_at_once_with_the_records(sciperf_cmd, tiny_mini_data,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path,
+                                                             stop_inside_epoch) -> None:
     """train.term_grace_s=0: a SIGTERM in epoch 2 ends the run at once (exit 143) with
     run_stop aborted and summary.json status error; no mid-epoch checkpoint, the epoch-1
     one stays for a resume."""
@@ -255,7 +254,7 @@ def test_sigterm_without_grace_ends_at_once_with_the_records(sciperf_cmd, tiny_m
     cmd = [*sciperf_cmd, *BASE, "framework=pytorch", f"data.dir={tiny_mini_data}",
            f"output_dir={out}", "train.max_epochs=3", "train.global_batch_size=8",
            "train.term_grace_s=0"]
-    stopped = _stop_in_epoch_2(cmd, signal.SIGTERM)
+    stopped = _stop_in_epoch_2(cmd, stop_inside_epoch, signal.SIGTERM)
     assert stopped.returncode == 143, stopped.stderr[-2000:]
     assert any("terminated by SIGTERM" in ln for ln in _sciperf_lines(stopped)), stopped.stderr
     assert _summary(out)["status"] == "error"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -172,18 +173,26 @@ def _submit_two_rank_mini(slurm: dict[str, str], tmp_path: Path, sciperf_cmd: li
 
 
 @pytest.mark.slow
-def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_cmd) -> None:
+def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_cmd,
+                                                 stop_inside_epoch) -> None:
     """launcher.requeue=true on a real Slurm: USR1 to the batch shell (what --signal=B:USR1
-    sends before the time limit; scancel --signal sends it now) reaches both srun ranks,
-    they stop at the same step, rank 0 checkpoints, the job requeues itself and the second
-    run resumes and finishes: one log, every epoch once, the resume recorded."""
+    sends before the time limit; scancel --signal sends it now) reaches both srun ranks
+    inside epoch 2, they stop at the same step, rank 0 checkpoints, the job requeues itself
+    and the second run resumes and finishes: one log, every epoch once, the resume
+    recorded."""
     pytest.importorskip("torch")
     job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "launcher.requeue=true",
                                         "train.max_epochs=3")
     log = out / "result_0.txt"
-    _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
-              "epoch 2 of the first run")
-    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
+
+    _wait_for(lambda: '"epoch_num": 1' in (log.read_text() if log.exists() else ""), 600,
+              "epoch 1 of the first run")
+    ranks = _pids_with(b"SLURM_PROCID", tasks_only=True)
+    assert set(ranks) == {0, 1}, ranks
+    def send() -> None:
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
+
+    stop_inside_epoch(log, lambda: list(ranks.values()), 2, send, signal.SIGUSR1)
     ckpt = out / "checkpoints"
     _wait_for(lambda: any(ckpt.glob("epoch_0001_step_*")), 120, "the mid-epoch checkpoint")
     _wait_for(lambda: _job_state(job_id, slurm)[0] in ("COMPLETED", "FAILED"), 900,
@@ -198,14 +207,18 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     assert starts == [1, 2, 3]
 
 
-def _pids_with(variable: bytes) -> dict[int, int]:
-    """value of `variable` → pid, over this machine's processes running sciperf."""
+def _pids_with(variable: bytes, tasks_only: bool = False) -> dict[int, int]:
+    """value of `variable` → pid, over this machine's processes running sciperf; with
+    `tasks_only`, srun itself (which carries the batch step's SLURM_PROCID) is left out."""
     found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if b"sciperf" not in (proc / "cmdline").read_bytes():
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"sciperf" not in cmdline:
+                continue
+            if tasks_only and Path(cmdline.split(b"\0")[0].decode()).name == "srun":
                 continue
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
