@@ -60,9 +60,11 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     train = workload.dataset.list_samples(folder, "train", fmt, n)
     evals = workload.dataset.list_samples(folder, "validation", fmt, n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
-    backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # warm-up: allocations, kernels
+    warm = experiment not in cases.cold
+    if warm:
+        backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # allocations, kernels
     samples, seconds = 0, 0.0
-    for epoch in range(1, epochs + 1):
+    for epoch in range(int(warm), epochs + int(warm)):
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
     rate = samples / seconds
@@ -73,7 +75,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "peak_rss_MB": round(peak), "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
-            "seconds": round(seconds, 3), "samples_per_s": round(rate, 3),
+            "seconds": round(seconds, 3), "samples_per_s": round(rate, 3), "warm_up": warm,
             **_per_unit(cases, folder, fmt, train, rate),
             "peak_flops": backend.peak_flops(precision)}
 

@@ -101,6 +101,10 @@ class BenchCases:
     # config overrides every timed row adds (OpenFold: no starting checkpoint — a row's
     # speed does not depend on the weights, and the timing data has none)
     overrides: tuple[str, ...] = ()
+    # experiments timed without the warm-up epoch (its one-time costs — allocations,
+    # kernel selection — counted in): where one step takes minutes (OpenFold full) a
+    # warm-up would double the row's time for a few percent
+    cold: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

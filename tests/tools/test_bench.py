@@ -62,3 +62,29 @@ def test_bench_cases_selects_rows_and_names_an_unknown_one() -> None:
     with pytest.raises(SciperfError, match=r"bench.cases=huge: huge is not one of mini, full, "
                                            r"input"):
         bench.bench([f"workload={WORKLOADS[0]}", "bench.cases=huge"])
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypatch) -> None:
+    """BenchCases.cold (OpenFold full: a step is minutes): no warm-up epoch runs, the first
+    epoch is the timed one and the row says so; other cases warm up once, untimed."""
+    from dataclasses import replace
+
+    pytest.importorskip("torch")
+    w = get("cosmoflow")
+    cases = replace(w.bench, cold=("mini",) if cold else ())
+    monkeypatch.setattr(bench, "get", lambda name: replace(w, bench=cases))
+    epochs: list[int] = []
+    real = bench.load_backend
+
+    def counting(*args, **kwargs):
+        backend = real(*args, **kwargs)
+        train_epoch = backend.train_epoch
+        backend.train_epoch = lambda epoch, lr: (epochs.append(epoch), train_epoch(epoch, lr))[1]
+        return backend
+
+    monkeypatch.setattr(bench, "load_backend", counting)
+    row = bench.train_case("pytorch", "mini", "fp32", tmp_path, ["workload=cosmoflow"])
+    timed = w.bench.train["mini"][2]
+    assert row["warm_up"] is not cold
+    assert epochs == (list(range(timed)) if cold else list(range(timed + 1)))
