@@ -296,6 +296,18 @@ def main(argv: list[str] | None = None) -> int:
         records = getattr(exc, "sciperf_records", "nothing written")
         print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
         return 143
+    finally:
+        if argv is None:  # the console script: only the interpreter's exit is left
+            _ignore_late_signals()
+
+
+def _ignore_late_signals() -> None:
+    """The verb has returned (records written, last line printed): a SIGTERM/SIGHUP now —
+    a launcher stopping every rank after one failed — has nothing left to stop, and
+    raising Terminated inside the interpreter's exit (atexit, logging's flush) would
+    print a traceback. The process ends with the status it already has."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -270,6 +270,9 @@ def init_horovod(hvd: object, info: RankInfo, timeout_s: int | None = None) -> N
     hvd.init(comm=list(range(first, first + info.world)))  # type: ignore[attr-defined]
 
 
+LOCAL_RUN_ID = "sciperf-local"  # the run id `sciperf launch launcher=local` gives its ranks
+
+
 def end_stopped_siblings(env: Mapping[str, str] | None = None) -> list[int]:
     """After a peer was lost under torchrun: SIGKILL this node's stopped workers (a hung
     node's stand-in, state T), returning their pids.
@@ -279,9 +282,13 @@ def end_stopped_siblings(env: Mapping[str, str] | None = None) -> list[int]:
     handles SIGTERM, so a hang would end 30 s after the collective timeout — past the
     60 s a job should take to die. Only stopped siblings (children of the same torchrun
     agent) are touched; running ones get torchrun's SIGTERM and write their records.
+    Under `sciperf launch launcher=local` nothing is done: its supervisor stops every rank
+    itself (SIGTERM, SIGKILL after 5 s) and names the rank that failed first — a
+    SIGKILL from here would reach it first and read as an OOM kill.
     """
     env = os.environ if env is None else env
-    if "TORCHELASTIC_RUN_ID" not in env:
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id is None or run_id.startswith(LOCAL_RUN_ID):
         return []
     agent, me, ended = os.getppid(), os.getpid(), []
     for entry in Path("/proc").iterdir():

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sciperf.distributed import LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.output import run_records, usable
 from sciperf.results.throughput import throughput
@@ -112,7 +113,7 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         port = job.launcher.master_port()
         if port is None or not port_is_free(port):
             port = free_port()
-        run_id = f"sciperf-local-{os.getpid()}"
+        run_id = f"{LOCAL_RUN_ID}-{os.getpid()}"
         code = run_local(job.rank_commands(port, run_id, job_env()))
         if int(cfg.get("instances", 1)) > 1 and program is None:
             _report_throughput(job.output_dir, int(cfg.instances))

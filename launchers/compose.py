@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sciperf.config import config_dir
-from sciperf.distributed import DEFAULT_PORT
+from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 
 from . import shell
@@ -187,7 +187,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     if isinstance(launcher, LocalLauncher):
         port = launcher.master_port() or DEFAULT_PORT
         lines = [shell.render([[f"{k}={v}" for k, v in env.items()], *groups[1:]])
-                 for env in launcher.rank_env(alloc, port, "sciperf-local")]
+                 for env in launcher.rank_env(alloc, port, LOCAL_RUN_ID)]
         text = LOCAL.substitute(header, n=alloc.tasks, lines="\n".join(lines))
         return Plan("local", text, output_dir, launcher, container, program, alloc, groups)
     setup = "".join(f"{line}\n" for line in system.get("setup") or [])

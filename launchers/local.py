@@ -37,7 +37,8 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
-    """SIGTERM every rank's process group, SIGKILL what is left after `grace_s`."""
+    """SIGTERM every rank's process group, SIGKILL what is left after `grace_s` (a stopped
+    rank — a hung node's stand-in — included)."""
     for proc in procs:
         _signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
