@@ -31,6 +31,14 @@ from sciperf.info import machine
 from sciperf.workloads import DEFAULT, get
 from sciperf.workloads.base import Workload
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def significant(x: float, digits: int = 4) -> float:
+    """`x` to `digits` significant digits: a full OpenFold step on a CPU is 0.0008
+    samples/s, which three decimals would print as 0.001."""
+    return float(f"{x:.{digits}g}")
+
 
 def _cases(workload: Workload) -> Any:
     if workload.bench is None:
@@ -75,7 +83,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "peak_rss_MB": round(peak), "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
-            "seconds": round(seconds, 3), "samples_per_s": round(rate, 3), "warm_up": warm,
+            "seconds": round(seconds, 3), "samples_per_s": significant(rate), "warm_up": warm,
             **_per_unit(cases, folder, fmt, train, rate),
             "peak_flops": backend.peak_flops(precision)}
 
@@ -251,6 +259,12 @@ def bench(overrides: list[str]) -> int:
     opts = dict(o.split("=", 1) for o in overrides if "=" in o)
     frameworks = opts.pop("framework", "pytorch").split(",")
     only = [c for c in opts.pop("bench.cases", "").split(",") if c]  # e.g. bench.cases=full
+    precisions = [p for p in opts.pop("bench.precision", "fp32,bf16").split(",") if p]
+    wrong = [p for p in precisions if p not in PRECISIONS]
+    if wrong or not precisions:
+        raise SciperfError(f"bench.precision={','.join(precisions)}: "
+                           f"{wrong[0] if wrong else 'empty'} is not one of "
+                           f"{', '.join(PRECISIONS)}")
     out = Path(opts.pop("output", "bench"))
     name = opts.get("workload", DEFAULT)
     workload = get(name)
@@ -265,11 +279,13 @@ def bench(overrides: list[str]) -> int:
                            f"{', '.join([*cases.train, 'input'])}")
     for fw in frameworks:
         for experiment in (e for e in cases.train if not only or e in only):
-            for precision in ("fp32", "bf16"):
+            for precision in precisions:
                 row = train_case(fw, experiment, precision, root, extra)
                 result["train"].append(row)
+                _write(out, name, result, quiet=True)  # a later row killed (OOM) keeps it
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
-                      f"{row['samples_per_s']:8.3f} samples/s{_units(row)}", flush=True)
+                      f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
+                      f"{row['peak_rss_MB']} MB{_units(row)}", flush=True)
     if not only or "input" in only:
         _input_rows(workload, root, result)
     if cases.staging and not only:
@@ -289,9 +305,14 @@ def bench(overrides: list[str]) -> int:
     return _write(out, name, result)
 
 
-def _write(out: Path, workload: str, result: dict[str, Any]) -> int:
+def _write(out: Path, workload: str, result: dict[str, Any], quiet: bool = False) -> int:
+    """The JSON so far, written aside and renamed: a reader never sees half a file, and a
+    run that dies later (a full row killed by the OOM killer) keeps the rows done."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{workload}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(result, indent=2))
+    part.replace(path)
+    if not quiet:
+        print(f"wrote {path}")
     return 0

@@ -88,3 +88,37 @@ def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypat
     timed = w.bench.train["mini"][2]
     assert row["warm_up"] is not cold
     assert epochs == (list(range(timed)) if cold else list(range(timed + 1)))
+
+
+def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
+                                                           monkeypatch) -> None:
+    """bench.precision= picks the precisions; each row is in the JSON as soon as it is
+    timed, so a run killed on a later row (the OOM killer on a full model) keeps the rows
+    done — and the file is never half written."""
+    import json
+
+    timed: list[tuple[str, str]] = []
+
+    def fake_row(fw, experiment, precision, root, extra):
+        if timed:  # the second row dies as an OOM kill would (no Python cleanup)
+            raise SystemExit(137)
+        timed.append((experiment, precision))
+        return {"framework": fw, "model": experiment, "precision": precision,
+                "samples_per_s": 0.000812, "seconds": 1231.5, "peak_rss_MB": 20000}
+
+    monkeypatch.setattr(bench, "train_case", fake_row)
+    with pytest.raises(SystemExit):
+        bench.bench(["workload=cosmoflow", "bench.cases=mini,full", "bench.precision=bf16",
+                     f"output={tmp_path}"])
+    rows = json.loads((tmp_path / "cosmoflow.json").read_text())["train"]
+    assert [(r["model"], r["precision"]) for r in rows] == [("mini", "bf16")]
+    assert rows[0]["samples_per_s"] == 0.000812
+    assert not list(tmp_path.glob("*.part"))
+    with pytest.raises(SciperfError, match=r"bench.precision=fp16: fp16 is not one of fp32, "
+                                           r"bf16"):
+        bench.bench(["workload=cosmoflow", "bench.precision=fp16", f"output={tmp_path}"])
+
+
+def test_small_rates_keep_their_digits() -> None:
+    assert bench.significant(0.000812345) == 0.0008123
+    assert bench.significant(7.38812) == 7.388
