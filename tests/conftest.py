@@ -81,12 +81,15 @@ def tf_dali():
 
 
 def _epoch_records(log: Path, key: str) -> list[int]:
-    """epoch_num of every `key` record in an MLLOG file (empty while it does not exist)."""
-    import json
+    """epoch_num of every `key` record of an MLLOG file being written (empty before its
+    first record; a half-written last line is skipped by the project's reader)."""
+    from sciperf.errors import SciperfError
+    from sciperf.results.logs import parse_log
 
-    text = log.read_text() if log.exists() else ""
-    return [json.loads(ln.split(" ", 1)[1])["metadata"]["epoch_num"]
-            for ln in text.splitlines() if ln.startswith(":::MLLOG ") and f'"{key}"' in ln]
+    try:
+        return [e.metadata.get("epoch_num") for e in parse_log(log).all(key)]
+    except SciperfError:  # not there yet, or no complete record yet
+        return []
 
 
 def _stopped(pid: int) -> bool:
@@ -109,51 +112,47 @@ def _pending(pid: int, sig: int) -> bool:
     return any(m & (1 << (sig - 1)) for m in masks)
 
 
-class EpochStop:
-    """Signals a run while it is inside a given epoch, deterministically.
+def _stop_inside_epoch(log: Path, pids: list[int], epoch: int, send, sig: int,
+                       timeout: float = 600.0) -> None:
+    """Signal a run while it is inside `epoch`, deterministically.
 
     A mini epoch lasts ~0.15 s (5–20 ms steps), shorter than polling plus a signal's way
-    through Slurm: the ranks are frozen (SIGSTOP) the moment the epoch's epoch_start is
-    logged, the signal is sent and waits, pending, at every rank, then SIGCONT delivers it
-    — so the run meets it at its next optimizer step, inside that epoch."""
+    through Slurm: the ranks (`pids`) are frozen (SIGSTOP) the moment the epoch's
+    epoch_start is logged, `send()` sends `sig` (directly, or through scancel), it waits
+    pending at every rank, then SIGCONT delivers it — the run meets it at its next
+    optimizer step, inside that epoch."""
+    import signal
+    import time
 
-    def __call__(self, log: Path, ranks, epoch: int, send, sig: int,
-                 timeout: float = 600.0) -> None:
-        """`ranks()`: the pids to freeze (empty while they are starting); `send()` sends
-        `sig` (directly, or through scancel)."""
-        import signal
-        import time
-
-        deadline = time.time() + timeout
-        while epoch not in _epoch_records(log, "epoch_start"):
+    deadline = time.time() + timeout
+    while epoch not in _epoch_records(log, "epoch_start"):
+        if time.time() > deadline:
+            pytest.fail(f"timed out waiting for epoch {epoch} in {log}")
+        time.sleep(0.002)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        while not all(_stopped(pid) for pid in pids):
             if time.time() > deadline:
-                pytest.fail(f"timed out waiting for epoch {epoch} in {log}")
-            time.sleep(0.002)
-        pids = ranks()
+                pytest.fail(f"the ranks {pids} never stopped")
+            time.sleep(0.001)
+        if epoch in _epoch_records(log, "epoch_stop"):
+            pytest.fail(f"epoch {epoch} ended before the ranks could be frozen")
+        send()
+        wait = time.time() + 60
+        while not all(_pending(pid, sig) for pid in pids):
+            if time.time() > wait:
+                states = {pid: [ln for ln in Path(f"/proc/{pid}/status").read_text()
+                                .splitlines() if ln.startswith(("State", "Sig", "Shd"))]
+                          for pid in pids}
+                pytest.fail(f"signal {sig} never reached the frozen ranks {states}")
+            time.sleep(0.01)
+    finally:
         for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        try:
-            while not all(_stopped(pid) for pid in pids):
-                if time.time() > deadline:
-                    pytest.fail(f"the ranks {pids} never stopped")
-                time.sleep(0.001)
-            if epoch in _epoch_records(log, "epoch_stop"):
-                pytest.fail(f"epoch {epoch} ended before the ranks could be frozen")
-            send()
-            wait = time.time() + 60
-            while not all(_pending(pid, sig) for pid in pids):
-                if time.time() > wait:
-                    states = {pid: [ln for ln in Path(f"/proc/{pid}/status").read_text()
-                                    .splitlines() if ln.startswith(("State", "Sig", "Shd"))]
-                              for pid in pids}
-                    pytest.fail(f"signal {sig} never reached the frozen ranks {states}")
-                time.sleep(0.01)
-        finally:
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture
-def stop_inside_epoch() -> EpochStop:
-    """See :class:`EpochStop`."""
-    return EpochStop()
+def stop_inside_epoch():
+    """See :func:`_stop_inside_epoch`."""
+    return _stop_inside_epoch

@@ -185,7 +185,7 @@ def _stop_in_epoch_2(cmd: list[str], stop_inside_epoch, sig: signal.Signals = si
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
-        stop_inside_epoch(out / "result_0.txt", lambda: [proc.pid], 2,
+        stop_inside_epoch(out / "result_0.txt", [proc.pid], 2,
                           lambda: proc.send_signal(sig), sig)
         stdout, stderr = proc.communicate(timeout=300)
     finally:

@@ -184,15 +184,13 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "launcher.requeue=true",
                                         "train.max_epochs=3")
     log = out / "result_0.txt"
-
     _wait_for(lambda: '"epoch_num": 1' in (log.read_text() if log.exists() else ""), 600,
               "epoch 1 of the first run")
     ranks = _pids_with(b"SLURM_PROCID", tasks_only=True)
     assert set(ranks) == {0, 1}, ranks
-    def send() -> None:
-        subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
-
-    stop_inside_epoch(log, lambda: list(ranks.values()), 2, send, signal.SIGUSR1)
+    scancel = ["scancel", "--signal=USR1", "--batch", job_id]
+    stop_inside_epoch(log, list(ranks.values()), 2,
+                      lambda: subprocess.run(scancel, env=slurm, check=True), signal.SIGUSR1)
     ckpt = out / "checkpoints"
     _wait_for(lambda: any(ckpt.glob("epoch_0001_step_*")), 120, "the mid-epoch checkpoint")
     _wait_for(lambda: _job_state(job_id, slurm)[0] in ("COMPLETED", "FAILED"), 900,
