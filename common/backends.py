@@ -126,6 +126,10 @@ class Backend(ABC):
         """Measured dense-matmul FLOP/s of this device in `precision` (bench context)."""
         return None
 
+    def device_memory_peak_mb(self) -> float | None:
+        """Peak accelerator memory of this process so far (MiB); None without one."""
+        return None
+
     def info(self) -> dict[str, str]:
         """Versions and devices, recorded in the summary so results say what ran."""
         return {}
@@ -173,6 +177,10 @@ class FrameworkBackend(Backend):
     def peak_flops(self, precision: str) -> float:
         """Measured matmul FLOP/s on this device (the roofline ceiling for the bench)."""
         return self.runtime.matmul_flops(self.device, precision)
+
+    def device_memory_peak_mb(self) -> float | None:
+        """The GPU allocator's peak (the bench's memory column on a GPU)."""
+        return self.runtime.device_memory_peak_mb(self.device)
 
     def info(self) -> dict[str, str]:
         """Framework versions and device."""

@@ -44,6 +44,12 @@ class DataConfig:
     loader: str = "native"
     shuffle: bool = True
     prefetch: int = 4
+    # reader threads per rank (measured on an H100 node: 2 feed full CosmoFlow at 244
+    # samples/s, bf16; 8 were no faster)
+    workers: int = 2
+    # PyTorch on a GPU: the loader's thread stacks each batch straight into page-locked
+    # memory (false: the training thread pins each batch before its copy)
+    pinned_batches: bool = True
     stage_dir: str | None = "${system.stage_dir}"  # node-local copy before training (null: off)
     stage_workers: int = 4  # concurrent copies per rank
     stage_verify: str = "size"  # size | checksum (CRC-32 of source bytes vs the copy)
@@ -110,6 +116,9 @@ class DistributedConfig:
 
     backend: str = "native"  # native | horovod
     timeout_s: int = 45  # a lost or hung peer ends the job after this long, never a hang
+    # PyTorch: one rank still joins a process group (NCCL on a GPU, gloo on a CPU) and
+    # trains under DDP: the multi-GPU collective path, checked on a one-GPU machine
+    single_rank_group: bool = False
 
 
 @dataclass

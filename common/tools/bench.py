@@ -26,8 +26,10 @@ from sciperf.backends import RunContext, load_backend
 from sciperf.config import compose
 from sciperf.data.loader import BatchLoader
 from sciperf.data.staging import stage_files
+from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError
 from sciperf.info import machine
+from sciperf.tools.characterize import count_flops, counted_layers
 from sciperf.workloads import DEFAULT, get
 from sciperf.workloads.base import Workload
 
@@ -47,13 +49,17 @@ def _cases(workload: Workload) -> Any:
 
 
 def train_case(framework: str, experiment: str, precision: str, root: Path,
-               extra: list[str]) -> dict[str, Any]:
-    """Samples/s of train_epoch after one warm-up epoch (the real backend path)."""
+               extra: list[str], shape: dict[str, int] | None = None) -> dict[str, Any]:
+    """Samples/s of train_epoch after one warm-up epoch (the real backend path).
+
+    `shape` replaces the case's `samples`, `batch` or `epochs` (``bench.samples=`` …): the
+    cases are sized for a 2-core CPU, where a GPU times two full steps in milliseconds."""
     base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
     workload = get(base.workload)
     cases = _cases(workload)
     extra = [*cases.overrides, *extra]
-    n, gbs, epochs = cases.train[experiment]
+    sized = dict(zip(("samples", "batch", "epochs"), cases.train[experiment], strict=True))
+    n, gbs, epochs = (sized | (shape or {})).values()
     n_eval = max(n // 2, 1)
     fmt = cases.format
     folder = cases.dataset(root, workload.model_spec(base), fmt, n)
@@ -68,6 +74,8 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     train = workload.dataset.list_samples(folder, "train", fmt, n)
     evals = workload.dataset.list_samples(folder, "validation", fmt, n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
+    peak_flops = backend.peak_flops(precision)  # before the row: its buffers not in its peak
+    backend.device_memory_peak_mb()  # a GPU's peak counts from here
     warm = experiment not in cases.cold
     if warm:
         backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # allocations, kernels
@@ -76,16 +84,23 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
     rate = samples / seconds
+    flops = count_flops(model := workload.model_spec(cfg), counted_layers(cfg, model)[0]).train
     # the process's peak resident memory so far (rows run smallest first, so a full
     # row's value is its own peak; CPU runs only: a GPU's memory is not counted)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    device_peak = backend.device_memory_peak_mb()
     return {"framework": framework, "model": experiment, "precision": precision,
-            "peak_rss_MB": round(peak), "overrides": list(extra),
+            "device": backend.info().get("device", "cpu"), "peak_rss_MB": round(peak),
+            **({} if device_peak is None else {"peak_device_MB": round(device_peak)}),
+            "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": significant(rate), "warm_up": warm,
             **_per_unit(cases, folder, fmt, train, rate),
-            "peak_flops": backend.peak_flops(precision)}
+            "peak_flops": peak_flops, "train_flops_per_sample": flops,
+            "achieved_flops": significant(rate * flops),
+            # of the measured matmul peak: how far the model is from the machine's ceiling
+            "fraction_of_peak": significant(rate * flops / peak_flops, 3)}
 
 
 def _per_unit(cases: Any, folder: Path, fmt: str, samples: list[Path],
@@ -110,10 +125,19 @@ def _input_model(workload: Workload, sizes: dict[str, Any]) -> Any:
     return workload.model(**sizes)
 
 
+def worker_counts(cores: int) -> list[int]:
+    """1, 2, 4, … loader workers up to (and including) `cores`: whether the loader can feed
+    a GPU's rate shows as the curve, not one point."""
+    counts = [1]
+    while counts[-1] * 2 < cores:
+        counts.append(counts[-1] * 2)
+    return sorted({*counts, max(cores, 1)})
+
+
 def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
-               n: int) -> dict[str, Any]:
+               n: int, workers: int = 2) -> dict[str, Any]:
     """Samples/s of the common prefetching loader alone (read + decode + the workload's
-    collate) over one format of the workload."""
+    collate) over one format of the workload, with `workers` reader processes."""
     cases, model = _cases(workload), _input_model(workload, sizes)
     folder = cases.dataset(root, model, fmt, n)
     files = workload.dataset.list_samples(folder, "train", fmt, n)
@@ -123,7 +147,7 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
                        f"train.val_every_iters={n}"])
         items = workload.dataset.draw(files, cfg, 0, 0, 1, n)
     loader = BatchLoader(items, workload.dataset.reader(folder, fmt, model), batch_size=4,
-                         workers=2, remainder="keep", collate=workload.dataset.collate)
+                         workers=workers, remainder="keep", collate=workload.dataset.collate)
     start = time.perf_counter()
     # batches may be dicts of variable-size arrays (graphs): count the loader's batch sizes
     count = sum(size for size, _ in zip(loader.sizes, loader.epoch(0), strict=True))
@@ -131,7 +155,8 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
     # each file once: samples packed in one container file all name it
     mb = sum(f.stat().st_size for f in dict.fromkeys(
         f for p in files for f in workload.dataset.sample_files(p, fmt))) / 1e6
-    return {"format": fmt, "input_size": cases.size(model), "samples": count,
+    return {"format": fmt, "input_size": cases.size(model), "workers": workers,
+            "samples": count,
             "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
             **_per_unit(cases, folder, fmt, files, count / seconds),
             "MB_per_s": round(mb / seconds, 1)}
@@ -163,14 +188,18 @@ def dali_case(workload: Workload, sizes: dict[str, Any], root: Path, n: int) -> 
             "samples_per_s": round(count / seconds, 2)}
 
 
-def _input_rows(workload: Workload, root: Path, result: dict[str, Any]) -> None:
-    """Every format at every input size the cases name, then DALI where it applies."""
+def _input_rows(workload: Workload, root: Path, result: dict[str, Any],
+                workers: list[int]) -> None:
+    """Every format at every input size the cases name over each loader worker count, then
+    DALI where it applies."""
     for sizes, n in _cases(workload).input:
         for fmt in workload.formats:
-            row = input_case(workload, dict(sizes), fmt, root, n)
-            result["input"].append(row)
-            print(f"input {fmt:<8} {row['input_size']} {row['samples_per_s']:8.2f} samples/s"
-                  f"{_units(row)} ({row['MB_per_s']} MB/s on disk)", flush=True)
+            for count in workers:
+                row = input_case(workload, dict(sizes), fmt, root, n, count)
+                result["input"].append(row)
+                print(f"input {fmt:<8} {row['input_size']} {count:>2} workers "
+                      f"{row['samples_per_s']:8.2f} samples/s{_units(row)} "
+                      f"({row['MB_per_s']} MB/s on disk)", flush=True)
         if workload.dali is not None:
             row = dali_case(workload, dict(sizes), root, n)
             result["input"].append(row)
@@ -265,6 +294,11 @@ def bench(overrides: list[str]) -> int:
         raise SciperfError(f"bench.precision={','.join(precisions)}: "
                            f"{wrong[0] if wrong else 'empty'} is not one of "
                            f"{', '.join(PRECISIONS)}")
+    shape = {key: _positive(opts, f"bench.{key}") for key in ("samples", "batch", "epochs")
+             if f"bench.{key}" in opts}
+    asked = opts.pop("bench.workers", "")  # e.g. bench.workers=1,4,16
+    workers = ([_positive({"w": w}, "w", f"bench.workers={asked}") for w in asked.split(",")]
+               if asked else worker_counts(cpu_count()))
     out = Path(opts.pop("output", "bench"))
     name = opts.get("workload", DEFAULT)
     workload = get(name)
@@ -280,14 +314,15 @@ def bench(overrides: list[str]) -> int:
     for fw in frameworks:
         for experiment in (e for e in cases.train if not only or e in only):
             for precision in precisions:
-                row = train_case(fw, experiment, precision, root, extra)
+                row = train_case(fw, experiment, precision, root, extra, shape)
                 result["train"].append(row)
                 _write(out, name, result, quiet=True)  # a later row killed (OOM) keeps it
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
                       f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
-                      f"{row['peak_rss_MB']} MB{_units(row)}", flush=True)
+                      f"{row['peak_rss_MB']} MB{_units(row)}, "
+                      f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak", flush=True)
     if not only or "input" in only:
-        _input_rows(workload, root, result)
+        _input_rows(workload, root, result, workers)
     if cases.staging and not only:
         sizes, n = cases.input[-1]
         row = staging_case(cases.dataset(root, _input_model(workload, dict(sizes)), "npy", n))
@@ -303,6 +338,14 @@ def bench(overrides: list[str]) -> int:
             print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup "
                   f"{row['speedup_2_vs_1']}", flush=True)
     return _write(out, name, result)
+
+
+def _positive(opts: dict[str, str], key: str, name: str | None = None) -> int:
+    """`opts[key]` (removed) as a positive int, or one line naming the override."""
+    value = opts.pop(key)
+    if not value.isdigit() or int(value) < 1:
+        raise SciperfError(f"{name or f'{key}={value}'}: expected a positive integer")
+    return int(value)
 
 
 def _write(out: Path, workload: str, result: dict[str, Any], quiet: bool = False) -> int:

@@ -154,7 +154,7 @@ class WorkloadBackend(FrameworkBackend):
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
-                         cfg.distributed.timeout_s)
+                         cfg.distributed.timeout_s, cfg.distributed.single_rank_group)
         self.reader = self.workload.dataset.reader(cfg.data.dir, cfg.data.format,
                                                    self.model_spec)
         self.model = self._place(self.build_model(self.model_spec).to(self.device))
@@ -197,6 +197,9 @@ class WorkloadBackend(FrameworkBackend):
             make = partial(native.make_loader, collate=self.workload.dataset.collate)
         train_rule, eval_rule = remainders(self.workload.sharding)
         common = dict(reader=self.reader, prefetch=cfg.data.prefetch)
+        if not self.dali:
+            common |= dict(workers=cfg.data.workers,
+                           pin=cfg.data.pinned_batches and self.device.type == "cuda")
         dataset = self.workload.dataset
         drawn = {}
         if dataset.draw is not None:  # training draws its samples (sharding "sampled")

@@ -24,11 +24,14 @@ PEER_SIGNS = ("Timed out", "timed out", "Connection closed by peer", "Connection
 class Comm:
     """Collectives of one data-parallel group (a no-op group for one process)."""
 
-    def __init__(self, info: RankInfo, backend: str, device: torch.device, timeout_s: int):
+    def __init__(self, info: RankInfo, backend: str, device: torch.device, timeout_s: int,
+                 single_rank_group: bool = False):
         self.info, self.kind, self.device = info, backend, device
         self.timeout_s = timeout_s
         self.hvd = None
-        if info.world == 1 and backend == "native":
+        # a group of one: DDP and the collectives run although nobody else listens
+        self.grouped = single_rank_group and backend == "native"
+        if info.world == 1 and backend == "native" and not self.grouped:
             return
         if backend == "horovod":
             self.hvd = _horovod()
@@ -46,8 +49,8 @@ class Comm:
 
     @property
     def active(self) -> bool:
-        """True when there is more than one rank to talk to."""
-        return self.info.world > 1
+        """True when there is more than one rank to talk to (or a group of one asked)."""
+        return self.info.world > 1 or self.grouped
 
     def wrap_model(self, model: torch.nn.Module,
                    broadcast_buffers: bool = True) -> torch.nn.Module:

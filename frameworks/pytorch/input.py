@@ -29,16 +29,35 @@ def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: i
                 shuffle: bool, prefetch: int, remainder: str = "error",
                 collate: CollateFn | None = None,
                 draw: Callable[[int], Sequence[Any]] | None = None,
-                draws: int = 0) -> BatchLoader:
+                draws: int = 0, workers: int = 2, pin: bool = False) -> BatchLoader:
     """The common prefetching loader over this rank's `files` read by `reader`.
 
     `remainder` is the rule for a last partial batch (``sciperf.data.loader.remainders``
     of the workload's sharding); `collate` turns a list of samples into one batch (None or
     the contract's default: stack fixed-size samples); `draw(epoch)` gives an epoch's
-    `draws` items instead of the shuffled files (``Dataset.draw``).
+    `draws` items instead of the shuffled files (``Dataset.draw``). `pin` (a CUDA device):
+    fixed-size batches are stacked straight into page-locked memory by the loader's thread,
+    so the training loop only starts the copy to the GPU.
     """
+    collate = collate or stack
+    if pin and collate is stack:
+        collate = pinned_stack
     return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle, prefetch=prefetch,
-                       remainder=remainder, collate=collate or stack, draw=draw, draws=draws)
+                       workers=workers, remainder=remainder, collate=collate, draw=draw,
+                       draws=draws)
+
+
+def pinned_stack(samples: list[tuple[np.ndarray, np.ndarray]]) -> tuple[torch.Tensor,
+                                                                         np.ndarray]:
+    """Fixed-size samples stacked into one page-locked tensor (the copy `stack` and then
+    `pin_memory` would make twice, made once, off the training thread). The tensor comes
+    from PyTorch's pinned allocator, which keeps the block until the asynchronous copy to
+    the GPU that reads it has finished."""
+    first = samples[0][0]
+    x = torch.empty((len(samples), *first.shape), pin_memory=True,
+                    dtype=torch.from_numpy(first[:0].reshape(-1)).dtype)
+    np.stack([s[0] for s in samples], out=x.numpy())
+    return x, np.stack([s[1] for s in samples])
 
 
 def channels_first(x: torch.Tensor) -> torch.Tensor:
@@ -51,16 +70,19 @@ def labels(y: torch.Tensor) -> torch.Tensor:
     return y if y.is_floating_point() else y.long()
 
 
-def to_device(x_np: np.ndarray, y_np: np.ndarray, device: torch.device,
+def to_device(x_np: np.ndarray | torch.Tensor, y_np: np.ndarray, device: torch.device,
               transform: Transform | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One numpy batch → (x (N, C, *spatial) viewed channels-last, y) on `device`.
+    """One batch (numpy, or the pinned tensor of :func:`pinned_stack`) → (x (N, C,
+    *spatial) viewed channels-last, y) on `device`.
 
     The stored dtype is copied (pinned and asynchronous on CUDA), then `transform` runs on
     the device; integer labels become int64.
     """
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+    x = x_np if isinstance(x_np, torch.Tensor) else torch.from_numpy(x_np)
+    y = torch.from_numpy(y_np)
     if device.type == "cuda":
-        x, y = x.pin_memory().to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x = x if x.is_pinned() else x.pin_memory()
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     if transform is not None:
         x = transform(x)
     return channels_first(x), labels(y)

@@ -79,6 +79,16 @@ def versions() -> dict[str, str]:
     return info
 
 
+def device_memory_peak_mb(device: str) -> float | None:
+    """Peak memory TensorFlow's allocator took on a GPU since the last reading (MiB: each
+    bench row its own peak); None on a CPU, where the process's resident peak says it."""
+    if "GPU" not in device.upper():
+        return None
+    peak = tf.config.experimental.get_memory_info(device.strip("/"))["peak"] / 2**20
+    tf.config.experimental.reset_memory_stats(device.strip("/"))
+    return peak
+
+
 def matmul_flops(device: str, precision: str, n: int = 2048, reps: int = 10) -> float:
     """Best-of-`reps` FLOP/s of an n×n matmul in fp32 or bf16 on `device`."""
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32

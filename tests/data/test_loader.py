@@ -169,3 +169,12 @@ def test_break_early_does_not_drain_the_read_window(files) -> None:
     # Needed: one batch. Acceptable: a little read-ahead (the next batches being assembled
     # plus the reads in flight) — not the whole window of batch × (prefetch + 1) = 20 reads.
     assert len(started) <= 3 * batch + workers
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_loader_reads_with_the_threads_asked(files, workers: int) -> None:
+    loader = BatchLoader(files, read, BATCH, workers=workers)
+    seen: set[str] = set()
+    for _ in loader.epoch(0):
+        seen |= {t.name for t in _reader_threads()}
+    assert len(seen) == workers

@@ -11,6 +11,7 @@ import pytest
 from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.tools import bench
+from sciperf.tools.characterize import count_flops
 from sciperf.workloads import WORKLOADS, get
 
 
@@ -27,6 +28,12 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     # full batches of every timed epoch (a sampled workload's epoch is set to n/gbs steps)
     assert row["samples"] == epochs * (n // gbs) * gbs
     assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
+    # the model's counted training FLOPs (as `characterize` counts them) against the peak
+    assert row["train_flops_per_sample"] > 0
+    if w.bench.extent is None:  # fixed sizes: the spec's count (graphs: counted on the data)
+        assert row["train_flops_per_sample"] == count_flops(mini).train
+    assert row["fraction_of_peak"] == pytest.approx(
+        row["samples_per_s"] * row["train_flops_per_sample"] / row["peak_flops"], rel=5e-3)
     per_unit = {k for k in row if k.endswith("_per_s")} - {"samples_per_s"}
     if w.bench.extent is None:  # fixed-size samples: samples/s says it all
         assert not per_unit
@@ -99,12 +106,13 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
 
     timed: list[tuple[str, str]] = []
 
-    def fake_row(fw, experiment, precision, root, extra):
+    def fake_row(fw, experiment, precision, root, extra, shape=None):
         if timed:  # the second row dies as an OOM kill would (no Python cleanup)
             raise SystemExit(137)
         timed.append((experiment, precision))
         return {"framework": fw, "model": experiment, "precision": precision,
-                "samples_per_s": 0.000812, "seconds": 1231.5, "peak_rss_MB": 20000}
+                "samples_per_s": 0.000812, "seconds": 1231.5, "peak_rss_MB": 20000,
+                "fraction_of_peak": 0.5}
 
     monkeypatch.setattr(bench, "train_case", fake_row)
     with pytest.raises(SystemExit):
@@ -122,3 +130,35 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
 def test_small_rates_keep_their_digits() -> None:
     assert bench.significant(0.000812345) == 0.0008123
     assert bench.significant(7.38812) == 7.388
+
+
+def test_loader_rows_scale_over_workers_up_to_the_cores() -> None:
+    assert bench.worker_counts(1) == [1]
+    assert bench.worker_counts(2) == [1, 2]
+    assert bench.worker_counts(6) == [1, 2, 4, 6]
+    assert bench.worker_counts(16) == [1, 2, 4, 8, 16]
+
+
+def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) -> None:
+    """bench.samples/batch/epochs replace the case's CPU-sized numbers (a GPU times two
+    full steps in milliseconds), bench.workers picks the loader rows; bad values are one
+    line naming the override."""
+    import json
+
+    shapes: list[dict[str, int] | None] = []
+    real = bench.train_case
+    monkeypatch.setattr(bench, "train_case", lambda *a: shapes.append(a[5]) or {
+        "samples_per_s": 1.0, "seconds": 1.0, "peak_rss_MB": 1, "fraction_of_peak": 0.5})
+    bench.bench(["workload=cosmoflow", "bench.cases=mini", "bench.precision=fp32",
+                 "bench.samples=96", "bench.epochs=3", f"output={tmp_path}"])
+    assert shapes == [{"samples": 96, "epochs": 3}]
+    row = real("pytorch", "mini", "fp32", tmp_path,
+                           ["workload=cosmoflow"], {"samples": 32, "batch": 8, "epochs": 1})
+    assert (row["samples"], row["global_batch_size"]) == (32, 8)
+    bench.bench(["workload=cosmoflow", "bench.cases=input", "bench.workers=1,3",
+                 f"output={tmp_path}"])
+    rows = json.loads((tmp_path / "cosmoflow.json").read_text())["input"]
+    assert {r["workers"] for r in rows if "workers" in r} == {1, 3}
+    for bad in ("bench.batch=0", "bench.epochs=two", "bench.workers=1,x"):
+        with pytest.raises(SciperfError, match=f"{bad}: expected a positive integer"):
+            bench.bench(["workload=cosmoflow", bad, f"output={tmp_path}"])

@@ -253,6 +253,28 @@ def test_lamb_step_by_hand() -> None:
                                _run_optimizer("LAMB", "torch", [lr], [g], w0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_lamb_over_all_tensors_at_once_equals_tensor_by_tensor(weight_decay: float) -> None:
+    """The GPU path (every op over all tensors: torch._foreach_*) takes the same steps as
+    the CPU path, bit for bit, over groups (one without weight decay) and a parameter whose
+    gradient is missing for a step (its own step count)."""
+    torch.manual_seed(0)
+    shapes = [(8, 3, 3, 3), (8,), (16, 8, 1, 1), (5,), (30, 20)]
+    runs = []
+    for foreach in (False, True):
+        gen = torch.Generator().manual_seed(1)
+        ws = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+        opt = Lamb([{"params": ws[:3]}, {"params": ws[3:], "weight_decay": 0.0}], lr=1e-2,
+                   weight_decay=weight_decay, max_grad_norm=0.5, foreach=foreach)
+        for step in range(5):
+            for i, w in enumerate(ws):
+                w.grad = None if (step, i) == (2, 1) else torch.randn(w.shape, generator=gen)
+            opt.step()
+        runs.append([w.detach().clone() for w in ws])
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+    assert opt.state[ws[1]]["step"] == 4 and opt.state[ws[0]]["step"] == 5
+
+
 # --- training through the backends ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
