@@ -26,7 +26,7 @@ IMAGE_OPTS = --framework $(FRAMEWORK) --flavor $(FLAVOR) --tag $(IMAGE) \
   $(if $(WHEELS),--wheels $(WHEELS)) $(if $(CA_BUNDLE),--ca $(CA_BUNDLE)) \
   $(if $(filter command line,$(origin PIP_EXTRA_INDEX_URL)),\
     --build-arg PIP_EXTRA_INDEX_URL=$(PIP_EXTRA_INDEX_URL))
-SHELL_SCRIPTS = $(wildcard containers/*.sh launchers/slurm/*.sh) .ci/run
+SHELL_SCRIPTS = $(wildcard containers/*.sh launchers/slurm/*.sh scripts/*.sh) .ci/run
 
 .PHONY: help setup setup-test run test bench lint clean image sif push test-images render-images
 

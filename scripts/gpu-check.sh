@@ -22,6 +22,8 @@ limit=${STEP_LIMIT:-900}
 workloads=${WORKLOADS:-cosmoflow deepcam}
 work=${WORK:-/tmp/sciperf-gpu}
 here=$(cd "$(dirname "$0")/.." && pwd)
+read -ra shape <<<"${FULL_SHAPE:-bench.samples=32 bench.batch=8 bench.epochs=2}"
+read -ra profile_args <<<"${PROFILE_ARGS:-bf16 32 8}"
 mkdir -p "$out" "$work"
 log=$out/gpu.log
 
@@ -85,14 +87,14 @@ for s in $steps; do
         done ;;
     full)  # the full models, fp32 (TF32 convolutions: PyTorch's default) and bf16 AMP
         for w in $workloads; do
-            bench "full${TAG:+-$TAG}-$w" "$w" bench.cases=full ${FULL_SHAPE:-bench.samples=32 bench.batch=8 bench.epochs=2}
+            bench "full${TAG:+-$TAG}-$w" "$w" bench.cases=full "${shape[@]}"
         done ;;
     variants)  # the knobs: channels-last off, torch.compile on (bf16)
         for w in $workloads; do
             bench "nolast-$w" "$w" bench.cases=full bench.precision=bf16 \
-                framework.channels_last=false ${FULL_SHAPE:-bench.samples=32 bench.batch=8 bench.epochs=2}
+                framework.channels_last=false "${shape[@]}"
             bench "compile-$w" "$w" bench.cases=full bench.precision=bf16 \
-                framework.compile=true ${FULL_SHAPE:-bench.samples=32 bench.batch=8 bench.epochs=2}
+                framework.compile=true "${shape[@]}"
         done ;;
     input)  # the loader over 1…cores workers against what a GPU consumes
         for w in $workloads; do
@@ -109,7 +111,7 @@ for s in $steps; do
     profile)  # where a full step's GPU time goes: the top kernels
         for w in $workloads; do
             step "profile-$w" "$py" "$here/scripts/gpu_profile.py" "$w" "$work/data-bench/$w" \
-                ${PROFILE_ARGS:-bf16 32 8}
+                "${profile_args[@]}"
         done ;;
     *) echo "unknown step $s (info mini full variants input nccl profile)"; exit 2 ;;
     esac

@@ -146,7 +146,8 @@ def test_dockerfiles_pass_hadolint():
 def test_shell_scripts_pass_shellcheck():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (apt-get install shellcheck)")
-    scripts = [*CONTAINERS.glob("*.sh"), *ROOT.glob("launchers/slurm/*.sh"), ROOT / ".ci/run"]
+    scripts = [*CONTAINERS.glob("*.sh"), *ROOT.glob("launchers/slurm/*.sh"),
+               *ROOT.glob("scripts/*.sh"), ROOT / ".ci/run"]
     assert CONTAINERS / "test-images.sh" in scripts
     proc = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True,
                           check=False)
