@@ -23,7 +23,7 @@ from sciperf.workloads import DEFAULT, WORKLOADS, get
 
 PRECISIONS = ("fp32", "bf16")
 CHOICES = {  # values the schema's str type cannot restrict
-    "precision": PRECISIONS,
+    "precision": ("auto", *PRECISIONS),
     "data.loader": ("native", "dali"),
     "distributed.backend": ("native", "horovod"),
     "system.scheduler": ("none", "slurm"),
@@ -135,7 +135,7 @@ class RootConfig:
     workload: str = DEFAULT  # set by the `workload` group (the contract's name)
     experiment: str = "mini"
     seed: int = 0
-    precision: str = "fp32"
+    precision: str = "auto"  # fp32 | bf16 | auto: measured per machine (sciperf.precision)
     output_dir: str = "results/${workload}-${framework.name}-${experiment}"
     nodes: int = 1  # nodes requested by `sciperf launch`
     instances: int = 1  # concurrent training instances (throughput mode): ranks split evenly

@@ -22,14 +22,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from sciperf import __version__, checkpoint, heartbeat, memory, output
+from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
-from sciperf.distributed import RankInfo, discover, end_stopped_siblings, split_instances
+from sciperf.distributed import RankInfo, cpu_count, discover, end_stopped_siblings, split_instances
 from sciperf.errors import PeerLostError, SciperfError
-from sciperf.info import git_hash, image_info
+from sciperf.info import git_hash, image_info, machine
 from sciperf.progress import fmt_duration
 from sciperf.results.mllog import MLLogger
 from sciperf.weights import save_npz
@@ -76,6 +79,7 @@ class RunState:
     checkpointed: bool = False  # stopped mid-epoch on request, checkpoint written
     t0: float = 0.0  # wall time the run began (init_start)
     resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume so far
+    precision: precision_choice.Choice | None = None  # what precision=… resolved to, and why
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,9 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         workload.check_run(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
+    backend = load_backend(cfg.framework.name, cfg.workload)
+    choice = _precision(cfg, workload, backend, info)
+    cfg = OmegaConf.merge(cfg, {"precision": choice.precision})
     if not int(cfg.system.accelerators_per_node):  # CPU: the OOM killer leaves no trace
         _check_memory(cfg, workload, info)
     out = Path(cfg.output_dir)
@@ -182,7 +189,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     if found is None:
         mll.init_start()
         mll.submission(workload.name, cfg.system, nodes=info.nodes)
-    state = RunState(world=world, image=image)
+    state = RunState(world=world, image=image, precision=choice, backend=backend)
     state.resume_from, state.t0 = found, t0
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
@@ -223,7 +230,7 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
          out: Path) -> None:
     """Header, staging, setup, run_start, the epochs (state.backend/run_start set as they
     come, so the closing records of an abort say how far the run got)."""
-    state.backend = backend = load_backend(cfg.framework.name, cfg.workload)
+    backend = state.backend
     plan = resolve_files(cfg, info, workload)
     found = state.resume_from
     if found is None:
@@ -266,6 +273,30 @@ def _hang_sentinel(cfg: Any, info: RankInfo, out: Path) -> contextlib.AbstractCo
     return heartbeat.sentinel(float(cfg.distributed.timeout_s), out / result_file(info.instance),
                               out / summary_file(info.instance, info.instances),
                               info.instance if info.instances > 1 else None)
+
+
+def _precision(cfg: Any, workload: Workload, backend: Any,
+               info: RankInfo) -> precision_choice.Choice:
+    """The precision this run trains in (``precision=auto``: measured by a node's first
+    rank, read by the others from the cache, sciperf.precision), named with its reason on
+    rank 0 when it was chosen rather than asked."""
+    runtime = getattr(backend, "runtime", None)
+    if runtime is None or not hasattr(runtime, "probe_ms"):
+        if cfg.precision == precision_choice.AUTO:
+            raise SciperfError(f"precision=auto: framework={cfg.framework.name} cannot measure "
+                               "its precisions; name one (precision=fp32|bf16)")
+        return precision_choice.Choice(cfg.precision, cfg.precision,
+                                       f"precision={cfg.precision} asked")
+    if cfg.precision == precision_choice.AUTO:  # the probe runs as training will: the
+        # framework's threads and device first (TensorFlow fixes both at its first op)
+        runtime.setup_threads(int(cfg.framework.threads))
+        runtime.select_device(info.device)
+    choice = precision_choice.choose(str(cfg.precision), workload.hot_op, runtime,
+                                     backend.info(), machine(), cpu_count(),
+                                     wait_s=0.0 if info.local_rank == 0 else 60.0)
+    if info.rank == 0 and choice.asked == precision_choice.AUTO:
+        print(f"precision=auto: {choice.precision} ({choice.reason})", flush=True)
+    return choice
 
 
 def _check_memory(cfg: Any, workload: Workload, info: RankInfo) -> None:
@@ -621,6 +652,7 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
         "framework": cfg.framework.name,
         "experiment": cfg.experiment,
         "precision": cfg.precision,
+        "precision_choice": state.precision.as_dict() if state.precision else None,
         # a resumed run is not one uninterrupted timed run: never a closed result
         "division": "open" if state.resumed else cfg.system.submission_division,
         "resumed": state.resumed,

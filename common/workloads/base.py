@@ -20,6 +20,7 @@ import numpy as np
 from sciperf.data.loader import CollateFn, stack
 
 SHARDING = ("strict", "uneven", "sampled")
+HOT_OPS = ("conv3d", "conv2d", "matmul")  # what the frameworks' precision probes time
 
 
 class SampleReader(Protocol):
@@ -187,11 +188,17 @@ class Workload:
     # MLLOG's epoch_num of 1-based epoch `n` (cfg, n) → value; None: n itself. OpenFold
     # counts samples (an "epoch" is its train/validation cycle)
     mllog_epoch: Callable[[Any, int], int] | None = None
+    # the op most of the training time goes to (conv3d, conv2d, matmul): what
+    # precision=auto times in fp32 and bf16 on a CPU (sciperf.precision)
+    hot_op: str = "matmul"
 
     def __post_init__(self) -> None:
         if self.sharding not in SHARDING:
             raise ValueError(f"{self.name}: sharding={self.sharding} is not one of "
                              f"{', '.join(SHARDING)}")
+        if self.hot_op not in HOT_OPS:
+            raise ValueError(f"{self.name}: hot_op={self.hot_op} is not one of "
+                             f"{', '.join(HOT_OPS)}")
         if (self.sharding == "sampled") != (self.dataset.draw is not None):
             raise ValueError(f"{self.name}: sharding=sampled and dataset.draw go together")
 

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sciperf import heartbeat
+from sciperf import heartbeat, precision
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import remainders, shuffle_seed
 from sciperf.errors import SciperfError
@@ -153,6 +153,7 @@ class WorkloadBackend(FrameworkBackend):
         runtime.setup_threads(cfg.framework.threads)
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
+        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s, cfg.distributed.single_rank_group)
         self.reader = self.workload.dataset.reader(cfg.data.dir, cfg.data.format,

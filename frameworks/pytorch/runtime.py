@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import torch
+from torch import nn
 
 from sciperf.distributed import cpu_count
 
@@ -41,6 +42,8 @@ def seed_everything(seed: int) -> None:
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """bf16 mixed precision (fp32 master weights, fp32 loss) or a no-op for fp32."""
+    if precision not in ("fp32", "bf16"):  # `auto` is resolved before a model runs
+        raise ValueError(f"precision={precision} is not one of fp32, bf16")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -53,6 +56,35 @@ def versions() -> dict[str, str]:
     if torch.version.cuda:
         info["cuda"] = torch.version.cuda
     return info
+
+
+def probe_ms(op: str, precision: str, reps: int = 5) -> float:
+    """Best-of-`reps` milliseconds of one forward + backward of `op` (``conv3d``,
+    ``conv2d``, ``matmul``) on the CPU in `precision`, channels-last as the models run:
+    the measurement behind ``precision=auto`` (sciperf.precision)."""
+    torch.manual_seed(0)
+    device = torch.device("cpu")
+    layer: nn.Module
+    if op == "conv3d":
+        layer = nn.Conv3d(32, 32, 3, padding=1).to(memory_format=torch.channels_last_3d)
+        x = torch.randn(2, 32, 24, 24, 24).to(memory_format=torch.channels_last_3d)
+    elif op == "conv2d":
+        layer = nn.Conv2d(64, 64, 3, padding=1).to(memory_format=torch.channels_last)
+        x = torch.randn(2, 64, 64, 96).to(memory_format=torch.channels_last)
+    elif op == "matmul":
+        layer, x = nn.Linear(1024, 1024), torch.randn(512, 1024)
+    else:
+        raise ValueError(f"no probe for op {op!r} (conv3d, conv2d, matmul)")
+    x.requires_grad_(True)
+    best = float("inf")
+    for i in range(reps + 2):  # two warm-ups: oneDNN picks and caches its kernels
+        start = time.perf_counter()
+        with autocast(device, precision):
+            y = layer(x)
+        y.float().sum().backward()
+        if i >= 2:
+            best = min(best, time.perf_counter() - start)
+    return best * 1e3
 
 
 def device_memory_peak_mb(device: torch.device) -> float | None:

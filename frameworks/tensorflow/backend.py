@@ -35,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sciperf import heartbeat
+from sciperf import heartbeat, precision
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
@@ -128,6 +128,7 @@ class WorkloadBackend(FrameworkBackend):
         self.cfg, self.ctx, self.workload = cfg, ctx, ctx.workload
         runtime.setup_threads(cfg.framework.threads)
         self.device = runtime.select_device(ctx.info.device)
+        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
         try:
             self.workload.check_config(cfg)
             self.check(ctx)

@@ -79,6 +79,39 @@ def versions() -> dict[str, str]:
     return info
 
 
+def probe_ms(op: str, precision: str, reps: int = 5) -> float:
+    """Best-of-`reps` milliseconds of one forward + backward of `op` (``conv3d``,
+    ``conv2d``, ``matmul``) on the CPU in `precision` (bf16: inputs and kernel cast, as
+    Keras' mixed_bfloat16 does), channels-last: the measurement behind ``precision=auto``."""
+    dtype = tf.bfloat16 if precision == "bf16" else tf.float32
+    shapes = {"conv3d": ((2, 24, 24, 24, 32), (3, 3, 3, 32, 32)),
+              "conv2d": ((2, 64, 96, 64), (3, 3, 64, 64)),
+              "matmul": ((512, 1024), (1024, 1024))}
+    if op not in shapes:
+        raise ValueError(f"no probe for op {op!r} (conv3d, conv2d, matmul)")
+    ops = {"conv3d": lambda a, k: tf.nn.conv3d(a, k, [1] * 5, "SAME"),
+           "conv2d": lambda a, k: tf.nn.conv2d(a, k, 1, "SAME"), "matmul": tf.matmul}
+    x_shape, w_shape = shapes[op]
+    with tf.device("/CPU:0"):
+        x, w = tf.random.normal(x_shape, seed=0), tf.random.normal(w_shape, seed=1)
+
+        @tf.function
+        def step(x: tf.Tensor, w: tf.Tensor) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch([x, w])
+                y = ops[op](tf.cast(x, dtype), tf.cast(w, dtype))
+                loss = tf.reduce_sum(tf.cast(y, tf.float32))
+            return tape.gradient(loss, [x, w])
+
+        best = float("inf")
+        for i in range(reps + 2):  # the first call traces, the second warms oneDNN
+            start = time.perf_counter()
+            _ = [g.numpy() for g in step(x, w)]
+            if i >= 2:
+                best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
 def device_memory_peak_mb(device: str) -> float | None:
     """Peak memory TensorFlow's allocator took on a GPU since the last reading (MiB: each
     bench row its own peak); None on a CPU, where the process's resident peak says it."""

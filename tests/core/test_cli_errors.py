@@ -76,7 +76,7 @@ def test_bad_type(sciperf_cmd, tmp_path, override: str, must_name: str) -> None:
 def test_bad_precision_lists_choices(sciperf_cmd, tmp_path) -> None:
     line = _one_error_line(_run(sciperf_cmd, ["show", "precision=fp16"], tmp_path), "show")
     assert "precision" in line and "fp16" in line
-    for choice in config_mod.PRECISIONS:
+    for choice in ("auto", *config_mod.PRECISIONS):
         assert choice in line
 
 

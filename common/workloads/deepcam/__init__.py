@@ -28,5 +28,5 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    flops=flops.layers, bench=bench.CASES, dali=dali.FORMAT,
+    flops=flops.layers, bench=bench.CASES, dali=dali.FORMAT, hot_op="conv2d",
 )

@@ -276,7 +276,7 @@ def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path):
     """`sciperf prepare` + `sciperf train framework=tensorflow experiment=mini` + check."""
     data, out = tmp_path / "data", tmp_path / "out"
     common = ["workload=cosmoflow", "framework=tensorflow", "experiment=mini",
-              f"data.dir={data}", f"output_dir={out}"]
+              "precision=bf16", f"data.dir={data}", f"output_dir={out}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     def sciperf(*args: str, timeout: int) -> subprocess.CompletedProcess:

@@ -40,7 +40,7 @@ def test_mini_reaches_iou_target_and_passes_checker(mini_data: Path, tmp_path: P
     pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
     out = tmp_path / framework
     proc = sciperf("train", "workload=deepcam", f"framework={framework}", "experiment=mini",
-                   f"data.dir={mini_data}", f"output_dir={out}")
+                   "precision=bf16", f"data.dir={mini_data}", f"output_dir={out}")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "success" and summary["final_metric"] >= 0.82
     assert summary["division"] == "open" and summary["precision"] == "bf16"

@@ -1,0 +1,132 @@
+"""`precision=auto`: the precision this machine trains fastest, measured, not assumed.
+
+bf16 autocast runs about 5× fp32 on a Xeon with AMX, 2.4× on an AMD Zen 4 and 0.54× on a
+Xeon without AMX (matmuls, torch 2.13, 2 threads): a fixed default is wrong on some
+machine. `auto` times the workload's hot op (``Workload.hot_op``: a 3-D convolution for
+CosmoFlow, a 2-D one for DeepCAM, a matmul for OC20 and OpenFold), forward and backward,
+in fp32 and in bf16 through the framework's own runtime (``probe_ms``), and takes bf16
+when it is at least ``MARGIN`` faster. Beside a GPU it is bf16 AMP, without a probe.
+
+The measurement is cached per CPU model and flags, threads, framework version and op in
+``$SCIPERF_CACHE_DIR`` (default ``~/.cache/sciperf``) ``/precision.json``, so later runs
+and every rank of a job on one kind of node read the same choice. An explicit
+``precision=fp32|bf16`` always wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+MARGIN = 1.1  # bf16 must beat fp32 by 10%: autocast's casts cost accuracy budget too
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The precision a run trains in and why (summary.json's ``precision_choice``)."""
+
+    asked: str
+    precision: str
+    reason: str
+    probe_ms: dict[str, float] | None = None  # op time per precision, when measured
+    cached: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cache_file() -> Path:
+    """Where measured probes are kept."""
+    root = os.environ.get("SCIPERF_CACHE_DIR") or Path.home() / ".cache" / "sciperf"
+    return Path(root) / "precision.json"
+
+
+def cache_key(machine: dict[str, Any], framework: dict[str, str], op: str,
+              threads: int) -> str:
+    """One entry per CPU model and bf16 flags, threads, framework version and op."""
+    flags = ",".join(f for f in ("amx_bf16", "avx512_bf16") if machine.get(f))
+    versions = " ".join(f"{k} {v}" for k, v in sorted(framework.items())
+                        if k not in ("framework", "device"))
+    return f"{machine.get('cpu', '?')} [{flags or 'no bf16 units'}] x{threads} | {versions} | {op}"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The cache, or empty when missing or unreadable (it is only a cache: re-measured)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Atomically, or not at all (a read-only home costs a re-measure next time)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
+                                         suffix=".part") as tmp:
+            json.dump(data, tmp, indent=1)
+        Path(tmp.name).replace(path)
+    except OSError:
+        pass
+
+
+def _measured(entry: Any) -> dict[str, float] | None:
+    """A cache entry's {fp32, bf16} times, or None when it is not one."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        times = {p: float(entry[p]) for p in ("fp32", "bf16")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return times if all(t > 0 for t in times.values()) else None
+
+
+def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
+           machine: dict[str, Any], threads: int, wait_s: float = 0.0) -> Choice:
+    """The run's precision: `asked` unless it is ``auto``; then bf16 on a GPU, else the
+    faster of the two on this CPU by ``runtime.probe_ms(op, precision)`` (cached).
+
+    `wait_s`: how long to wait for another process to cache the measurement first (a
+    node's other ranks wait for its first: one probe on an idle node, one choice)."""
+    if asked != AUTO:
+        return Choice(asked, asked, f"precision={asked} asked")
+    device = framework.get("device", "cpu")
+    if device != "cpu":
+        return Choice(asked, "bf16", f"{device}: bf16 AMP on the GPU")
+    path, key = cache_file(), cache_key(machine, framework, op, threads)
+    times = _measured(_read(path).get(key))
+    deadline = time.monotonic() + wait_s
+    while times is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        times = _measured(_read(path).get(key))
+    cached = times is not None
+    if times is None:
+        times = {p: round(float(runtime.probe_ms(op, p)), 3) for p in ("fp32", "bf16")}
+        _write(path, {**_read(path), key: times})
+    ratio = times["fp32"] / times["bf16"]
+    precision = "bf16" if ratio >= MARGIN else "fp32"
+    reason = (f"{op} forward+backward {times['bf16']:.1f} ms in bf16, {times['fp32']:.1f} ms "
+              f"in fp32 on {machine.get('cpu', 'this CPU')} ({ratio:.2f}×; bf16 from "
+              f"{MARGIN}×){', cached in ' + str(path) if cached else ''}")
+    return Choice(asked, precision, reason, times, cached)
+
+
+def concrete(cfg: Any, runtime: Any, op: str) -> Any:
+    """`cfg` with ``precision=auto`` replaced by the choice (a no-op otherwise): what a
+    backend set up outside ``sciperf train`` (bench, tests) trains in. The framework's
+    threads and device are set up first by the caller."""
+    if cfg.precision != AUTO:
+        return cfg
+    from omegaconf import OmegaConf
+
+    from sciperf.distributed import cpu_count
+    from sciperf.info import machine
+    choice = choose(AUTO, op, runtime, runtime.versions(), machine(), cpu_count())
+    return OmegaConf.merge(cfg, {"precision": choice.precision})
