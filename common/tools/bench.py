@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
 from sciperf.config import compose
 from sciperf.data.loader import BatchLoader
@@ -311,6 +312,9 @@ def bench(overrides: list[str]) -> int:
     if unknown:
         raise SciperfError(f"bench.cases={','.join(only)}: {unknown[0]} is not one of "
                            f"{', '.join([*cases.train, 'input'])}")
+    result["precision_auto"] = {fw: _auto_choice(fw, workload) for fw in frameworks}
+    for fw, choice in result["precision_auto"].items():
+        print(f"precision=auto ({fw}): {choice['precision']} ({choice['reason']})", flush=True)
     for fw in frameworks:
         for experiment in (e for e in cases.train if not only or e in only):
             for precision in precisions:
@@ -338,6 +342,16 @@ def bench(overrides: list[str]) -> int:
             print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup "
                   f"{row['speedup_2_vs_1']}", flush=True)
     return _write(out, name, result)
+
+
+def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:
+    """What `precision=auto` picks for this workload on this machine and why, beside the
+    rows that time both precisions (the probe after the framework's thread setup, as in
+    a run)."""
+    runtime = load_backend(framework, workload.name).runtime
+    runtime.setup_threads(0)
+    return auto_precision.choose(auto_precision.AUTO, workload.hot_op, runtime,
+                                 runtime.versions(), machine(), cpu_count()).as_dict()
 
 
 def _positive(opts: dict[str, str], key: str, name: str | None = None) -> int:

@@ -157,8 +157,12 @@ def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) 
     assert (row["samples"], row["global_batch_size"]) == (32, 8)
     bench.bench(["workload=cosmoflow", "bench.cases=input", "bench.workers=1,3",
                  f"output={tmp_path}"])
-    rows = json.loads((tmp_path / "cosmoflow.json").read_text())["input"]
-    assert {r["workers"] for r in rows if "workers" in r} == {1, 3}
+    result = json.loads((tmp_path / "cosmoflow.json").read_text())
+    assert {r["workers"] for r in result["input"] if "workers" in r} == {1, 3}
+    # what precision=auto takes here, beside the rows of both precisions
+    auto = result["precision_auto"]["pytorch"]
+    assert auto["asked"] == "auto" and auto["precision"] in ("fp32", "bf16")
+    assert set(auto["probe_ms"]) == {"fp32", "bf16"} and "conv3d" in auto["reason"]
     for bad in ("bench.batch=0", "bench.epochs=two", "bench.workers=1,x"):
         with pytest.raises(SciperfError, match=f"{bad}: expected a positive integer"):
             bench.bench(["workload=cosmoflow", bad, f"output={tmp_path}"])
