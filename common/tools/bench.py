@@ -91,7 +91,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     device_peak = backend.device_memory_peak_mb()
     return {"framework": framework, "model": experiment, "precision": precision,
-            "device": backend.info().get("device", "cpu"), "peak_rss_MB": round(peak),
+            "device": _device(backend.info().get("device", "cpu")), "peak_rss_MB": round(peak),
             **({} if device_peak is None else {"peak_device_MB": round(device_peak)}),
             "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
@@ -102,6 +102,17 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "achieved_flops": significant(rate * flops),
             # of the measured matmul peak: how far the model is from the machine's ceiling
             "fraction_of_peak": significant(rate * flops / peak_flops, 3)}
+
+
+def _device(name: str) -> str:
+    """The row's device: the GPU's name, or the CPU model with its bf16 units (a row
+    copied out of its JSON still says what it ran on: bf16 is 5× fp32 on one CPU and
+    0.5× on the next)."""
+    if name != "cpu":
+        return name
+    info = machine()
+    units = [f for f in ("amx_bf16", "avx512_bf16") if info.get(f)]
+    return f"{info['cpu']} ({info['cores']} cores, {', '.join(units) or 'no bf16 units'})"
 
 
 def _per_unit(cases: Any, folder: Path, fmt: str, samples: list[Path],

@@ -28,6 +28,8 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     # full batches of every timed epoch (a sampled workload's epoch is set to n/gbs steps)
     assert row["samples"] == epochs * (n // gbs) * gbs
     assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
+    from sciperf.info import machine
+    assert row["device"].startswith(f"{machine()['cpu']} ({machine()['cores']} cores, ")
     # the model's counted training FLOPs (as `characterize` counts them) against the peak
     assert row["train_flops_per_sample"] > 0
     if w.bench.extent is None:  # fixed sizes: the spec's count (graphs: counted on the data)
