@@ -77,6 +77,17 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         pass
 
 
+def _writable(path: Path) -> bool:
+    """Whether a file can be made beside the cache file (tried, not guessed from modes:
+    root passes every mode check, a read-only mount or a file in the way does not)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            return True
+    except OSError:
+        return False
+
+
 def _measured(entry: Any) -> dict[str, float] | None:
     """A cache entry's {fp32, bf16} times, or None when it is not one."""
     if not isinstance(entry, dict):
@@ -102,6 +113,8 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
         return Choice(asked, "bf16", f"{device}: bf16 AMP on the GPU")
     path, key = cache_file(), cache_key(machine, framework, op, threads)
     times = _measured(_read(path).get(key))
+    if not _writable(path):  # nobody can leave an entry there: measure without waiting
+        wait_s = 0.0
     deadline = time.monotonic() + wait_s
     while times is None and time.monotonic() < deadline:
         time.sleep(0.1)

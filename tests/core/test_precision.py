@@ -99,6 +99,19 @@ def test_a_nodes_other_ranks_read_the_first_ranks_measurement(cache_dir: Path) -
     assert time.monotonic() - start < 5.0
 
 
+def test_an_unwritable_cache_measures_at_once_instead_of_waiting(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """Where no rank can write the cache (here a file stands where its folder would be),
+    waiting for another rank's entry would only cost the whole wait: measure at once."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SCIPERF_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    probe = Probe(30.0, 8.0)
+    start = time.monotonic()
+    choice = precision.choose("auto", "conv3d", probe, CPU, MACHINE, 2, wait_s=30.0)
+    assert choice.precision == "bf16" and probe.calls == 2 and not choice.cached
+    assert time.monotonic() - start < 5.0
+
+
 def test_workloads_name_their_hot_op_and_a_wrong_one_is_refused() -> None:
     from dataclasses import replace
 
