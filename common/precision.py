@@ -23,6 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from sciperf.distributed import cpu_count
+from sciperf.info import machine
+
 MARGIN = 1.1  # bf16 must beat fp32 by 10%: autocast's casts cost accuracy budget too
 AUTO = "auto"
 
@@ -131,15 +136,16 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
     return Choice(asked, precision, reason, times, cached)
 
 
+def on_this_machine(asked: str, op: str, runtime: Any, wait_s: float = 0.0) -> Choice:
+    """:func:`choose` for this process: its framework's versions and device, this
+    machine's CPU, the cores of its allocation. The framework's threads and device are set
+    up first by the caller (the probe runs as training will)."""
+    return choose(asked, op, runtime, runtime.versions(), machine(), cpu_count(), wait_s)
+
+
 def concrete(cfg: Any, runtime: Any, op: str) -> Any:
     """`cfg` with ``precision=auto`` replaced by the choice (a no-op otherwise): what a
-    backend set up outside ``sciperf train`` (bench, tests) trains in. The framework's
-    threads and device are set up first by the caller."""
+    backend set up outside ``sciperf train`` (bench, tests) trains in."""
     if cfg.precision != AUTO:
         return cfg
-    from omegaconf import OmegaConf
-
-    from sciperf.distributed import cpu_count
-    from sciperf.info import machine
-    choice = choose(AUTO, op, runtime, runtime.versions(), machine(), cpu_count())
-    return OmegaConf.merge(cfg, {"precision": choice.precision})
+    return OmegaConf.merge(cfg, {"precision": on_this_machine(AUTO, op, runtime).precision})

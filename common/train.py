@@ -30,9 +30,9 @@ from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backen
 from sciperf.config import config_hash, to_container
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
-from sciperf.distributed import RankInfo, cpu_count, discover, end_stopped_siblings, split_instances
+from sciperf.distributed import RankInfo, discover, end_stopped_siblings, split_instances
 from sciperf.errors import PeerLostError, SciperfError
-from sciperf.info import git_hash, image_info, machine
+from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
 from sciperf.results.mllog import MLLogger
 from sciperf.weights import save_npz
@@ -291,9 +291,8 @@ def _precision(cfg: Any, workload: Workload, backend: Any,
         # framework's threads and device first (TensorFlow fixes both at its first op)
         runtime.setup_threads(int(cfg.framework.threads))
         runtime.select_device(info.device)
-    choice = precision_choice.choose(str(cfg.precision), workload.hot_op, runtime,
-                                     backend.info(), machine(), cpu_count(),
-                                     wait_s=0.0 if info.local_rank == 0 else 60.0)
+    choice = precision_choice.on_this_machine(str(cfg.precision), workload.hot_op, runtime,
+                                              wait_s=0.0 if info.local_rank == 0 else 60.0)
     if info.rank == 0 and choice.asked == precision_choice.AUTO:
         print(f"precision=auto: {choice.precision} ({choice.reason})", flush=True)
     return choice

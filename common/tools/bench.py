@@ -306,10 +306,10 @@ def bench(overrides: list[str]) -> int:
         raise SciperfError(f"bench.precision={','.join(precisions)}: "
                            f"{wrong[0] if wrong else 'empty'} is not one of "
                            f"{', '.join(PRECISIONS)}")
-    shape = {key: _positive(opts, f"bench.{key}") for key in ("samples", "batch", "epochs")
-             if f"bench.{key}" in opts}
+    shape = {key: _positive(value, f"bench.{key}={value}") for key in ("samples", "batch", "epochs")
+             if (value := opts.pop(f"bench.{key}", None)) is not None}
     asked = opts.pop("bench.workers", "")  # e.g. bench.workers=1,4,16
-    workers = ([_positive({"w": w}, "w", f"bench.workers={asked}") for w in asked.split(",")]
+    workers = ([_positive(w, f"bench.workers={asked}") for w in asked.split(",")]
                if asked else worker_counts(cpu_count()))
     out = Path(opts.pop("output", "bench"))
     name = opts.get("workload", DEFAULT)
@@ -361,15 +361,14 @@ def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:
     a run)."""
     runtime = load_backend(framework, workload.name).runtime
     runtime.setup_threads(0)
-    return auto_precision.choose(auto_precision.AUTO, workload.hot_op, runtime,
-                                 runtime.versions(), machine(), cpu_count()).as_dict()
+    return auto_precision.on_this_machine(auto_precision.AUTO, workload.hot_op,
+                                          runtime).as_dict()
 
 
-def _positive(opts: dict[str, str], key: str, name: str | None = None) -> int:
-    """`opts[key]` (removed) as a positive int, or one line naming the override."""
-    value = opts.pop(key)
+def _positive(value: str, name: str) -> int:
+    """`value` as a positive int, or one line naming the override (`name`)."""
     if not value.isdigit() or int(value) < 1:
-        raise SciperfError(f"{name or f'{key}={value}'}: expected a positive integer")
+        raise SciperfError(f"{name}: expected a positive integer")
     return int(value)
 
 
