@@ -143,12 +143,12 @@ def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, sciperf_cmd) -> Non
         assert state == "FAILED" and rc in (1, 143), log[-4000:]
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
+def _wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():
             return
-        time.sleep(0.5)
+        time.sleep(every)
     pytest.fail(f"timed out waiting for {what}")
 
 
@@ -184,10 +184,14 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "launcher.requeue=true",
                                         "train.max_epochs=3")
     log = out / "result_0.txt"
-    _wait_for(lambda: '"epoch_num": 1' in (log.read_text() if log.exists() else ""), 600,
-              "epoch 1 of the first run")
+    # The ranks are found while they start up (seconds of imports), so the watch for epoch 2
+    # begins before epoch 1: waiting for epoch 1 in the log first (0.5 s polls) could let
+    # epochs 1 and 2 (~0.3 s each) pass unseen — the CI failure of 2026-11-25.
+    _wait_for(lambda: set(_pids_with(b"SLURM_PROCID", tasks_only=True)) == {0, 1}, 600,
+              "both ranks of the first run", every=0.01)
     ranks = _pids_with(b"SLURM_PROCID", tasks_only=True)
-    assert set(ranks) == {0, 1}, ranks
+    assert '"epoch_stop"' not in (log.read_text() if log.exists() else ""), \
+        "the watch for epoch 2 began after epoch 1 ended"
     scancel = ["scancel", "--signal=USR1", "--batch", job_id]
     stop_inside_epoch(log, list(ranks.values()), 2,
                       lambda: subprocess.run(scancel, env=slurm, check=True), signal.SIGUSR1)
