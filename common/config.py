@@ -29,6 +29,7 @@ CHOICES = {  # values the schema's str type cannot restrict
     "system.scheduler": ("none", "slurm"),
     "data.stage_verify": ("size", "checksum"),
     "mllog.ruleset": ("3.0.0", "2.0.0"),
+    "framework.malloc": ("reuse", "system"),
 }
 
 
@@ -108,6 +109,9 @@ class FrameworkConfig:
     threads: int = 0  # 0: all cores of the allocation
     channels_last: bool = True
     compile: bool = False
+    # host allocator: reuse keeps freed memory for the next step (no page faults on fresh
+    # mappings every step; sciperf.allocator), system leaves glibc's defaults
+    malloc: str = "reuse"
 
 
 @dataclass

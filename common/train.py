@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from sciperf import __version__, checkpoint, heartbeat, memory, output
+from sciperf import __version__, allocator, checkpoint, heartbeat, memory, output
 from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
@@ -80,6 +80,7 @@ class RunState:
     t0: float = 0.0  # wall time the run began (init_start)
     resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume so far
     precision: precision_choice.Choice | None = None  # what precision=… resolved to, and why
+    malloc: str = ""  # the host allocator's mode in force (sciperf.allocator)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
     backend = load_backend(cfg.framework.name, cfg.workload)
+    malloc = allocator.configure(str(cfg.framework.malloc))  # before the first big tensor
     choice = _precision(cfg, workload, backend, info)
     cfg = OmegaConf.merge(cfg, {"precision": choice.precision})
     if not int(cfg.system.accelerators_per_node):  # CPU: the OOM killer leaves no trace
@@ -189,7 +191,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     if found is None:
         mll.init_start()
         mll.submission(workload.name, cfg.system, nodes=info.nodes)
-    state = RunState(world=world, image=image, precision=choice, backend=backend)
+    state = RunState(world=world, image=image, precision=choice, backend=backend,
+                     malloc=malloc)
     state.resume_from, state.t0 = found, t0
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
@@ -652,6 +655,7 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
         "experiment": cfg.experiment,
         "precision": cfg.precision,
         "precision_choice": state.precision.as_dict() if state.precision else None,
+        "malloc": state.malloc,
         # a resumed run is not one uninterrupted timed run: never a closed result
         "division": "open" if state.resumed else cfg.system.submission_division,
         "resumed": state.resumed,

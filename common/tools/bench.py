@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sciperf import allocator
 from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
 from sciperf.config import compose
@@ -72,6 +73,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
                    f"data.eval_samples={n_eval}", f"train.global_batch_size={gbs}",
                    f"precision={precision}", *epoch] + extra)
     backend = load_backend(framework, cfg.workload)
+    malloc = allocator.configure(str(cfg.framework.malloc))  # as `sciperf train` does
     train = workload.dataset.list_samples(folder, "train", fmt, n)
     evals = workload.dataset.list_samples(folder, "validation", fmt, n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
@@ -92,6 +94,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     device_peak = backend.device_memory_peak_mb()
     return {"framework": framework, "model": experiment, "precision": precision,
             "device": _device(backend.info().get("device", "cpu")), "peak_rss_MB": round(peak),
+            "malloc": malloc,
             **({} if device_peak is None else {"peak_device_MB": round(device_peak)}),
             "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,

@@ -41,6 +41,7 @@ TRAIN_CASES = [
     ("cosmoflow", "data.train_samples=-1", "data.train_samples", ">= 0"),
     ("cosmoflow", "data.eval_samples=-1", "data.eval_samples", ">= 0"),
     ("cosmoflow", "launcher.master_port=99999", "launcher.master_port", "1..65535"),
+    ("cosmoflow", "framework.malloc=jemalloc", "framework.malloc", "reuse, system"),
     ("deepcam", "opt.lr=-1", "opt.lr", "> 0"),
     ("deepcam", "opt.betas=[2,3]", "opt.betas", "[0, 1)"),
     ("deepcam", "opt.name=SGD", "opt.name", "Adam, AdamW, LAMB"),

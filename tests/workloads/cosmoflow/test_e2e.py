@@ -51,6 +51,7 @@ def test_make_run_equivalent_reaches_target_and_passes_checker(tmp_path):
     choice = summary["precision_choice"]
     assert choice["asked"] == "auto" and summary["precision"] == choice["precision"]
     assert f"precision=auto: {choice['precision']} (conv3d" in proc.stdout
+    assert summary["malloc"] == "reuse"  # the default host allocator mode, in force
     assert summary["epochs"] < summary["config"]["train"]["max_epochs"]  # stopped at target
     events = mllog(out / "result_0.txt")
     stop = [e for e in events if e["key"] == "run_stop"]

@@ -1,0 +1,50 @@
+"""framework.malloc=reuse: freed memory is kept for the next step (sciperf.allocator).
+
+The behaviour is the kernel's page-fault count: a 256 MiB buffer allocated, touched and
+freed, then allocated and touched again faults every page in anew under glibc's defaults
+(a fresh mapping each time: 640 faults of 4 KiB and 2 MiB pages measured) and none once
+`reuse` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sciperf import allocator
+
+PROGRAM = """
+import json, resource, sys
+import numpy as np
+from sciperf import allocator
+mode = allocator.configure(sys.argv[1])
+np.ones(2**25).sum()  # 256 MiB: malloc, touched, freed
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+np.ones(2**25).sum()
+print(json.dumps({"mode": mode,
+                  "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}))
+"""
+# the buffer's pages: fewest when it is faulted in as 2 MiB huge pages (numpy advises them)
+HUGE_PAGES = 2**28 // 2**21
+
+
+def _second_allocation(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    return json.loads(out)
+
+
+@pytest.mark.skipif(allocator._libc() is None, reason="no glibc mallopt here")
+def test_reuse_keeps_freed_memory_and_system_maps_it_anew() -> None:
+    system, reuse = _second_allocation("system"), _second_allocation("reuse")
+    assert system["mode"] == "system" and reuse["mode"] == "reuse"
+    assert system["faults"] >= HUGE_PAGES, system  # every page faulted in again
+    assert reuse["faults"] < HUGE_PAGES // 8, reuse  # the kept heap: no fresh pages
+
+
+def test_a_mode_is_one_of_reuse_or_system() -> None:
+    with pytest.raises(ValueError, match="reuse, system"):
+        allocator.configure("tcmalloc")
