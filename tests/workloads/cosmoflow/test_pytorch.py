@@ -161,3 +161,29 @@ def test_pool_then_leaky_equals_the_reference_order_bit_for_bit(slope):
     ours.backward(g)
     ref.backward(g)
     assert torch.equal(a.grad, b.grad)
+
+
+def test_bf16_block_pools_in_bf16_with_the_values_of_the_float32_cast():
+    """Under bf16 autocast the block stays in the convolution's bf16 (autocast alone would
+    cast max_pool3d's input to float32): same values and input gradients as pooling the
+    float32 cast, with the result rounded to bf16 as the next convolution's cast does."""
+    from torch.nn import functional as F  # noqa: N812
+
+    from sciperf_pytorch.workloads.cosmoflow.model import conv_block
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8, 8).to(memory_format=torch.channels_last_3d)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = conv(x)
+    b = a.detach().clone().requires_grad_()
+    a.retain_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = conv_block(a, 0.3)
+        ref = F.leaky_relu(F.max_pool3d(b.float(), 2), 0.3)  # the float32 path
+    assert ours.dtype == torch.bfloat16 and ref.dtype == torch.float32
+    assert torch.equal(ours, ref.to(torch.bfloat16))
+    g = torch.randn(ref.shape).to(torch.bfloat16)
+    ours.backward(g)
+    ref.backward(g.float())
+    assert torch.equal(a.grad, b.grad)

