@@ -150,6 +150,37 @@ def test_forward_parity(training: bool) -> None:
             assert_close(theirs[name], ours[name], "forward_train", name)
 
 
+@pytest.mark.parametrize("rate", [6, 18])
+def test_a_dilated_convolution_is_one_kernel_with_pytorchs_values_and_gradients(rate) -> None:
+    """The ASPP's dilated convolutions run as one Conv2D (no SpaceToBatchND around an
+    undilated conv: GEMMs of a few rows at small feature maps), on a map smaller than the
+    rate as in the mini, and equal PyTorch's forward and both gradients."""
+    layer = spec.LayerSpec(name="aspp", kind="conv", cin=6, cout=5, kernel=3, dilation=rate)
+    keras_layer = tf_model.build_layer(layer)
+    assert isinstance(keras_layer, tf_model.AtrousConv2D)
+    x = np.random.default_rng(rate).standard_normal((2, 6, 9, 6)).astype(np.float32)
+    run = tf.function(lambda v: keras_layer(v))
+    ops = {op.type for op in run.get_concrete_function(tf.constant(x)).graph.get_operations()}
+    assert "Conv2D" in ops and "SpaceToBatchND" not in ops, ops
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = keras_layer(xt)
+        loss = tf.reduce_sum(y * y)
+    gx, gw = tape.gradient(loss, [xt, keras_layer.kernel])
+    conv = torch.nn.Conv2d(6, 5, 3, padding=rate, dilation=rate, bias=layer.bias)
+    with torch.no_grad():
+        conv.weight.copy_(torch.from_numpy(keras_layer.kernel.numpy().transpose(3, 2, 0, 1)))
+        if layer.bias:
+            conv.bias.copy_(torch.from_numpy(keras_layer.bias.numpy()))
+    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
+    yp = conv(xp)
+    (yp * yp).sum().backward()
+    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gw.numpy(), conv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+
+
 # --- loss and metric against numpy ------------------------------------------------------------
 def test_weighted_cross_entropy_against_numpy() -> None:
     rng = np.random.default_rng(0)

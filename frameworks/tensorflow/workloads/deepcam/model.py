@@ -20,7 +20,8 @@ from keras import ops
 from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepConvSpec
 from sciperf_tensorflow.weights import export_weights, import_weights
 
-__all__ = ["Affine", "BatchNorm", "DeepCam", "build_layer", "export_weights", "import_weights"]
+__all__ = ["Affine", "AtrousConv2D", "BatchNorm", "DeepCam", "build_layer", "export_weights",
+           "import_weights"]
 
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # PyTorch's BatchNorm2d defaults (the reference)
 
@@ -86,6 +87,24 @@ class Affine(keras.layers.Layer):
         return x * ops.cast(self.gamma, x.dtype) + ops.cast(self.beta, x.dtype)
 
 
+class AtrousConv2D(keras.layers.Conv2D):
+    """A dilated convolution (the ASPP's rates 6, 12, 18) as ONE Conv2D kernel.
+
+    Keras computes a dilated convolution through ``tf.nn.convolution``, which runs it as
+    SpaceToBatchND → an undilated convolution → BatchToSpaceND: at stride-16 feature maps
+    smaller than the rate (the mini's 6×9 under rate 18) that makes batches of 2,592 3×3
+    images, so oneDNN ran GEMMs of a few rows — 1.4–6.3 ms a call where PyTorch's dilated
+    kernel takes 0.02–0.06 ms. ``tf.nn.conv2d`` with ``dilations`` hands the rate to the
+    kernel itself; forward and both gradients equal PyTorch's exactly (tested). The
+    depthwise layers keep Keras' path: the CPU gradient kernels of a dilated
+    DepthwiseConv2dNative ignore the rate.
+    """
+
+    def convolution_op(self, inputs, kernel):
+        return tf.nn.conv2d(inputs, kernel, strides=self.strides,
+                            padding=self.padding.upper(), dilations=self.dilation_rate)
+
+
 def _init(spec: LayerSpec):
     """The spec's init distribution (shared with PyTorch) as a Keras initializer."""
     scale = spec.init_scale()
@@ -110,7 +129,8 @@ def build_layer(spec: LayerSpec) -> keras.layers.Layer:
                                              use_bias=False, kernel_initializer=_init(spec),
                                              name=name)
     else:
-        layer = keras.layers.Conv2D(
+        conv = AtrousConv2D if d > 1 else keras.layers.Conv2D
+        layer = conv(
             spec.cout, k, strides=s, padding="valid" if s > 1 or k == 1 else "same",
             dilation_rate=d, use_bias=spec.bias, kernel_initializer=_init(spec),
             bias_initializer=_init(spec), name=name)
