@@ -181,6 +181,39 @@ def test_a_dilated_convolution_is_one_kernel_with_pytorchs_values_and_gradients(
     assert_close(gw.numpy(), conv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
 
 
+def test_a_deconvolution_crop_has_a_pad_for_gradient_and_pytorchs_values() -> None:
+    """PyTorch's ConvTranspose2d(3, stride 2, padding 1, output_padding 1) = Keras' 'valid'
+    transposed convolution without its first row and column, cropped by a Slice whose
+    gradient is one Pad (a StridedSliceGrad zero-fills and copies element by element);
+    forward and gradients equal PyTorch's."""
+    layer = spec.LayerSpec(name="deconv", kind="deconv", cin=6, cout=5, kernel=3, stride=2)
+    keras_layer = tf_model.build_layer(layer)
+    x = np.random.default_rng(1).standard_normal((2, 6, 9, 6)).astype(np.float32)
+
+    def loss_and_grads(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = tf_model.crop_deconv(keras_layer(v))
+            loss = tf.reduce_sum(y * y)
+        return (y, *tape.gradient(loss, [v, keras_layer.kernel]))
+
+    graph = tf.function(loss_and_grads).get_concrete_function(tf.constant(x)).graph
+    ops = {op.type for op in graph.get_operations()}
+    assert "Pad" in ops and not ops & {"StridedSlice", "StridedSliceGrad"}, ops
+    y, gx, gw = loss_and_grads(tf.constant(x))
+    deconv = torch.nn.ConvTranspose2d(6, 5, 3, stride=2, padding=1, output_padding=1,
+                                      bias=False)
+    with torch.no_grad():  # Keras (k, k, out, in) → torch (in, out, k, k)
+        deconv.weight.copy_(torch.from_numpy(keras_layer.kernel.numpy().transpose(3, 2, 0, 1)))
+    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
+    yp = deconv(xp)
+    (yp * yp).sum().backward()
+    assert tuple(y.shape) == (2, 12, 18, 5)
+    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gw.numpy(), deconv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+
+
 # --- loss and metric against numpy ------------------------------------------------------------
 def test_weighted_cross_entropy_against_numpy() -> None:
     rng = np.random.default_rng(0)
