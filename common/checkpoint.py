@@ -147,7 +147,8 @@ def latest(out: Path) -> Found | None:
 
 # keys that say where and how a run is kept, not what it trains
 NOT_TRAINING = (("train", "resume"), ("train", "overwrite"), ("train", "checkpoint_every"),
-                ("train", "checkpoint_keep"), ("train", "max_epochs"), ("framework", "malloc"))
+                ("train", "checkpoint_keep"), ("train", "max_epochs"), ("framework", "malloc"),
+                ("framework", "inter_op_threads"))
 
 
 def resume_hash(cfg: Any) -> str:

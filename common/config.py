@@ -112,6 +112,9 @@ class FrameworkConfig:
     # host allocator: reuse keeps freed memory for the next step (no page faults on fresh
     # mappings every step; sciperf.allocator), system leaves glibc's defaults
     malloc: str = "reuse"
+    # TensorFlow: ops run at once (its intra-op threads share the cores out); 0: chosen from
+    # the model's work per layer (sciperf.threads: small layers run side by side)
+    inter_op_threads: int = 0
 
 
 @dataclass
@@ -329,6 +332,9 @@ def _check_run_keys(cfg: DictConfig) -> None:
             raise SciperfError(f"{key}={value} must be >= 0 (0: every sample of the split)")
     if cfg.instances < 1:
         raise SciperfError(f"instances={cfg.instances} must be at least 1")
+    for key in ("framework.threads", "framework.inter_op_threads"):
+        if (value := OmegaConf.select(cfg, key)) < 0:
+            raise SciperfError(f"{key}={value} must be >= 0 (0: chosen for this machine)")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
     if cfg.train.checkpoint_every < 0 or cfg.train.checkpoint_keep < 1:

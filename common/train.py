@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from sciperf import __version__, allocator, checkpoint, heartbeat, memory, output
+from sciperf import __version__, allocator, checkpoint, heartbeat, memory, output, threads
 from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
@@ -292,7 +292,7 @@ def _precision(cfg: Any, workload: Workload, backend: Any,
                                        f"precision={cfg.precision} asked")
     if cfg.precision == precision_choice.AUTO:  # the probe runs as training will: the
         # framework's threads and device first (TensorFlow fixes both at its first op)
-        runtime.setup_threads(int(cfg.framework.threads))
+        threads.apply(cfg, runtime, local_batch_size(cfg.train.global_batch_size, info.world))
         runtime.select_device(info.device)
     choice = precision_choice.on_this_machine(str(cfg.precision), workload.hot_op, runtime,
                                               wait_s=0.0 if info.local_rank == 0 else 60.0)
@@ -656,6 +656,7 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
         "precision": cfg.precision,
         "precision_choice": state.precision.as_dict() if state.precision else None,
         "malloc": state.malloc,
+        "threads": layout.as_dict() if (layout := getattr(backend, "threads", None)) else None,
         # a resumed run is not one uninterrupted timed run: never a closed result
         "division": "open" if state.resumed else cfg.system.submission_division,
         "resumed": state.resumed,

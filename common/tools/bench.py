@@ -12,8 +12,10 @@ targets are reported here, never asserted in timed tests.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -88,13 +90,14 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
         samples, seconds = samples + result.samples, seconds + result.seconds
     rate = samples / seconds
     flops = count_flops(model := workload.model_spec(cfg), counted_layers(cfg, model)[0]).train
-    # the process's peak resident memory so far (rows run smallest first, so a full
-    # row's value is its own peak; CPU runs only: a GPU's memory is not counted)
+    # the process's peak resident memory: the row's own in its own process (the default,
+    # isolated_train_case); CPU runs only: a GPU's memory is not counted
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     device_peak = backend.device_memory_peak_mb()
     return {"framework": framework, "model": experiment, "precision": precision,
             "device": _device(backend.info().get("device", "cpu")), "peak_rss_MB": round(peak),
             "malloc": malloc,
+            "threads": backend.threads.as_dict() if hasattr(backend, "threads") else None,
             **({} if device_peak is None else {"peak_device_MB": round(device_peak)}),
             "overrides": list(extra),
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
@@ -105,6 +108,53 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "achieved_flops": significant(rate * flops),
             # of the measured matmul peak: how far the model is from the machine's ceiling
             "fraction_of_peak": significant(rate * flops / peak_flops, 3)}
+
+
+def isolated_train_case(framework: str, experiment: str, precision: str, root: Path,
+                        extra: list[str], shape: dict[str, int] | None = None
+                        ) -> dict[str, Any]:
+    """:func:`train_case` in a process of its own (spawned, not forked: no framework state
+    is inherited): the row's peak memory, allocator and thread pools are its own —
+    TensorFlow fixes its pools at its first op, so the mini's layout (small layers side by
+    side, sciperf.threads) and the full model's could not both be timed in one process. A
+    row that dies (the OOM killer on a full model) is named in one line; the rows done
+    stay in the JSON."""
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_row, name=f"bench {framework} {experiment} {precision}",
+                        args=(send, framework, experiment, precision, str(root), extra, shape))
+    child.start()
+    send.close()
+    try:
+        reply = json.loads(recv.recv_bytes())
+    except EOFError:  # died without a word: a signal
+        reply = None
+    child.join()
+    what = f"bench row {framework} {experiment} {precision}"
+    if reply is None:
+        raise SciperfError(f"{what}: its process ended with {_ended(child.exitcode)}")
+    if "error" in reply:
+        raise SciperfError(f"{what}: {reply['error']}")
+    return reply["row"]
+
+
+def _child_row(send: Any, framework: str, experiment: str, precision: str, root: str,
+               extra: list[str], shape: dict[str, int] | None) -> None:
+    """The spawned process of :func:`isolated_train_case`: one row, sent back as JSON."""
+    try:
+        row = {"row": train_case(framework, experiment, precision, Path(root), extra, shape)}
+    except SciperfError as exc:
+        row = {"error": str(exc)}
+    send.send_bytes(json.dumps(row).encode())
+    send.close()
+
+
+def _ended(code: int | None) -> str:
+    """A child's exit code in words (a negative one is the signal that ended it)."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        return name + (" (out of memory? the OOM killer sends it)" if -code == 9 else "")
+    return f"exit code {code}"
 
 
 def _device(name: str) -> str:
@@ -314,6 +364,9 @@ def bench(overrides: list[str]) -> int:
     asked = opts.pop("bench.workers", "")  # e.g. bench.workers=1,4,16
     workers = ([_positive(w, f"bench.workers={asked}") for w in asked.split(",")]
                if asked else worker_counts(cpu_count()))
+    # every train row in a process of its own (bench.isolate=false: all in this one)
+    isolate = _flag(opts.pop("bench.isolate", "true"), "bench.isolate")
+    timed = isolated_train_case if isolate else train_case
     out = Path(opts.pop("output", "bench"))
     name = opts.get("workload", DEFAULT)
     workload = get(name)
@@ -332,7 +385,7 @@ def bench(overrides: list[str]) -> int:
     for fw in frameworks:
         for experiment in (e for e in cases.train if not only or e in only):
             for precision in precisions:
-                row = train_case(fw, experiment, precision, root, extra, shape)
+                row = timed(fw, experiment, precision, root, extra, shape)
                 result["train"].append(row)
                 _write(out, name, result, quiet=True)  # a later row killed (OOM) keeps it
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
@@ -366,6 +419,13 @@ def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:
     runtime.setup_threads(0)
     return auto_precision.on_this_machine(auto_precision.AUTO, workload.hot_op,
                                           runtime).as_dict()
+
+
+def _flag(value: str, name: str) -> bool:
+    """`value` as true/false, or one line naming the override (`name`)."""
+    if value.lower() not in ("true", "false"):
+        raise SciperfError(f"{name}={value}: expected true or false")
+    return value.lower() == "true"
 
 
 def _positive(value: str, name: str) -> int:

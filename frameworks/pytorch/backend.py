@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sciperf import heartbeat, precision
+from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import remainders, shuffle_seed
 from sciperf.errors import SciperfError
@@ -150,7 +150,7 @@ class WorkloadBackend(FrameworkBackend):
             raise SciperfError(str(exc)) from None
         self.model_spec = self.workload.model_spec(cfg)
         self.check(ctx)
-        runtime.setup_threads(cfg.framework.threads)
+        self.threads = threads.apply(cfg, runtime, ctx.local_batch)
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
         cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)

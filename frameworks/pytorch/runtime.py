@@ -17,9 +17,12 @@ from torch import nn
 
 from sciperf.distributed import cpu_count
 
+INTER_OP_POOL = False  # eager ops run one after another: every core goes to each op
 
-def setup_threads(threads: int) -> int:
-    """Intra-op threads: the configured count, else every core of the allocation."""
+
+def setup_threads(threads: int, inter_op: int = 1) -> int:
+    """Intra-op threads: the configured count, else every core of the allocation
+    (`inter_op` is TensorFlow's; PyTorch's eager ops run one after another)."""
     n = threads if threads > 0 else cpu_count()
     torch.set_num_threads(n)
     return n

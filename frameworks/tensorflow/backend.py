@@ -35,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sciperf import heartbeat, precision
+from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
 from sciperf.errors import SciperfError
@@ -126,7 +126,7 @@ class WorkloadBackend(FrameworkBackend):
         precision, model, weights, optimizer, compiled steps, loaders."""
         cfg = ctx.cfg
         self.cfg, self.ctx, self.workload = cfg, ctx, ctx.workload
-        runtime.setup_threads(cfg.framework.threads)
+        self.threads = threads.apply(cfg, runtime, ctx.local_batch)
         self.device = runtime.select_device(ctx.info.device)
         cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
         try:

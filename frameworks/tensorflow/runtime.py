@@ -18,19 +18,23 @@ from sciperf.distributed import cpu_count
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
 
-def setup_threads(threads: int) -> int:
-    """Intra-op threads: the configured count, else every core of the allocation.
+INTER_OP_POOL = True  # ops may run side by side (sciperf.threads chooses how many)
 
-    One inter-op thread: the model is a chain of large ops, each already using every core;
-    letting two run at once (e.g. the input- and weight-gradient convolutions of a layer)
-    oversubscribes the cores — measured 5.4 → 3.7 s per full-size fp32 step (batch 4) on
-    the 2-core CPU. Returns the intra-op count in effect; when TensorFlow has already
-    started (e.g. a second backend in one process) its existing pools are kept.
+
+def setup_threads(threads: int, inter_op: int = 1) -> int:
+    """`threads` intra-op threads (0: every core of the allocation) and `inter_op` ops at
+    once (sciperf.threads.apply chooses both from the model).
+
+    One op at a time suits large layers: letting two big ops run at once (e.g. the input-
+    and weight-gradient convolutions of a layer) oversubscribes the cores — measured 5.4 →
+    3.7 s per full-size fp32 CosmoFlow step (batch 4) on a 2-core CPU; small layers run
+    side by side. Returns the intra-op count in effect; when TensorFlow has already started
+    (e.g. a second backend in one process) its existing pools are kept.
     """
     n = threads if threads > 0 else cpu_count()
     try:
         tf.config.threading.set_intra_op_parallelism_threads(n)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(max(inter_op, 1))
     except RuntimeError:  # runtime already initialised: pools are fixed for this process
         return tf.config.threading.get_intra_op_parallelism_threads() or n
     return n
@@ -123,16 +127,19 @@ def device_memory_peak_mb(device: str) -> float | None:
 
 
 def matmul_flops(device: str, precision: str, n: int = 2048, reps: int = 10) -> float:
-    """Best-of-`reps` FLOP/s of an n×n matmul in fp32 or bf16 on `device`."""
+    """Best-of-`reps` FLOP/s of n×n matmuls in fp32 or bf16 on `device`: as many
+    independent products at once as the inter-op pool runs ops (sciperf.threads), so a
+    layout of small ops side by side, one core each, still measures every core's peak."""
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32
+    streams = max(tf.config.threading.get_inter_op_parallelism_threads(), 1)
     with tf.device(device):
-        a = tf.cast(tf.random.normal((n, n)), dtype)
-        b = tf.cast(tf.random.normal((n, n)), dtype)
-        matmul = tf.function(tf.linalg.matmul)
-        matmul(a, b).numpy()  # trace and warm up
+        pairs = [(tf.cast(tf.random.normal((n, n)), dtype),
+                  tf.cast(tf.random.normal((n, n)), dtype)) for _ in range(streams)]
+        matmuls = tf.function(lambda ps: [tf.linalg.matmul(a, b) for a, b in ps])
+        [c.numpy() for c in matmuls(pairs)]  # trace and warm up
         best = float("inf")
         for _ in range(reps):
             start = time.perf_counter()
-            matmul(a, b).numpy()  # .numpy() waits for the device
+            [c.numpy() for c in matmuls(pairs)]  # .numpy() waits for the device
             best = min(best, time.perf_counter() - start)
-    return 2.0 * n**3 / best
+    return streams * 2.0 * n**3 / best

@@ -119,6 +119,7 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
     monkeypatch.setattr(bench, "train_case", fake_row)
     with pytest.raises(SystemExit):
         bench.bench(["workload=cosmoflow", "bench.cases=mini,full", "bench.precision=bf16",
+                     "bench.isolate=false",
                      f"output={tmp_path}"])
     rows = json.loads((tmp_path / "cosmoflow.json").read_text())["train"]
     assert [(r["model"], r["precision"]) for r in rows] == [("mini", "bf16")]
@@ -152,7 +153,7 @@ def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(bench, "train_case", lambda *a: shapes.append(a[5]) or {
         "samples_per_s": 1.0, "seconds": 1.0, "peak_rss_MB": 1, "fraction_of_peak": 0.5})
     bench.bench(["workload=cosmoflow", "bench.cases=mini", "bench.precision=fp32",
-                 "bench.samples=96", "bench.epochs=3", f"output={tmp_path}"])
+                 "bench.isolate=false", "bench.samples=96", "bench.epochs=3", f"output={tmp_path}"])
     assert shapes == [{"samples": 96, "epochs": 3}]
     row = real("pytorch", "mini", "fp32", tmp_path,
                            ["workload=cosmoflow"], {"samples": 32, "batch": 8, "epochs": 1})
@@ -168,3 +169,29 @@ def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) 
     for bad in ("bench.batch=0", "bench.epochs=two", "bench.workers=1,x"):
         with pytest.raises(SciperfError, match=f"{bad}: expected a positive integer"):
             bench.bench(["workload=cosmoflow", bad, f"output={tmp_path}"])
+
+
+def test_each_row_runs_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """By default a train row is timed in a spawned process: TensorFlow's thread pools are
+    the row's own (here: the DeepCAM mini's small layers side by side, whatever pools this
+    test process fixed before), and so are its allocator and peak memory; a row that
+    fails is one line naming it; bench.isolate takes true or false only."""
+    import json
+
+    pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
+    tf.constant(1.0) + 1  # this process's pools are fixed now
+    bench.bench(["workload=deepcam", "framework=tensorflow", "bench.cases=mini",
+                 "bench.precision=fp32", "bench.samples=16", "bench.epochs=1",
+                 "framework.threads=2", f"output={tmp_path}"])
+    row = json.loads((tmp_path / "deepcam.json").read_text())["train"][0]
+    assert (row["threads"]["intra_op"], row["threads"]["inter_op"]) == (1, 2)
+    assert row["malloc"] == "reuse" and row["samples_per_s"] > 0
+    with pytest.raises(SciperfError, match="bench row tensorflow mini fp32: "
+                                           "model.aspp_rates=.*3 values"):
+        bench.bench(["workload=deepcam", "framework=tensorflow", "bench.cases=mini",
+                     "bench.precision=fp32", "model.aspp_rates=[6]", f"output={tmp_path}"])
+    with pytest.raises(SciperfError, match="bench.isolate=maybe: expected true or false"):
+        bench.bench(["workload=cosmoflow", "bench.isolate=maybe", f"output={tmp_path}"])
+    assert "SIGKILL (out of memory?" in bench._ended(-9)
