@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Terminated as exc:
         records = getattr(exc, "sciperf_records", "nothing written")
-        print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
+        if not getattr(exc, "sciperf_quiet", False):  # a rank that writes no records
+            print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
         return 143
     finally:
         if argv is None:  # the console script: only the interpreter's exit is left

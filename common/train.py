@@ -219,6 +219,9 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         # what this rank left behind, for the CLI's last line (a peer's death must not
         # claim a record that only rank 0 writes)
         exc.sciperf_records = closer.line()  # type: ignore[attr-defined]
+        # a job's SIGTERM reaches every rank (scancel, or a launcher tearing down after a
+        # peer failed): the writing rank's line says it once, not once per rank
+        exc.sciperf_quiet = info.rank != 0  # type: ignore[attr-defined]
         raise
     mll.run_stop(state.success, workload.epoch_num(cfg, state.epochs))
     mll.close()

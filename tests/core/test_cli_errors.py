@@ -118,3 +118,23 @@ def test_debug_shows_the_traceback(sciperf_cmd, tmp_path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "SciperfError" in proc.stderr
+
+
+@pytest.mark.parametrize(("rank", "lines"), [(0, 1), (1, 0)])
+def test_a_sigterm_is_said_once_by_the_writing_rank(monkeypatch, capsys, rank: int,
+                                                    lines: int) -> None:
+    """A job's SIGTERM reaches every rank (scancel; mpirun tearing down after a peer
+    failed): rank 0 says what it wrote, the others end with 143 without a line each."""
+    from sciperf import cli
+
+    def verb(_args) -> int:
+        exc = cli.Terminated("SIGTERM")
+        exc.sciperf_records = "run_stop aborted and summary.json written to OUT"
+        exc.sciperf_quiet = rank != 0
+        raise exc
+
+    monkeypatch.setitem(cli.VERBS, "train", (cli.VERBS["train"][0], verb))
+    assert cli.main(["train"]) == 143
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == lines
+    assert all(ln.startswith("sciperf train: terminated by SIGTERM (run_stop") for ln in err)
