@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from sciperf.distributed import cpu_count
+from sciperf_tensorflow import gradients
 
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
@@ -62,10 +63,12 @@ def seed_everything(seed: int) -> None:
 def set_precision(precision: str) -> None:
     """bf16 mixed precision (fp32 variables, bf16 compute) or plain fp32, for models built next.
 
-    The model casts its output to float32 before the final tanh, so the loss is fp32.
+    The model casts its output to float32 before the final tanh, so the loss is fp32; bias
+    gradients are summed wider than bf16 (``sciperf_tensorflow.gradients``).
     """
     if precision not in POLICIES:
         raise ValueError(f"precision={precision} is not one of {', '.join(POLICIES)}")
+    gradients.install()
     keras.mixed_precision.set_global_policy(POLICIES[precision])
 
 
