@@ -40,6 +40,12 @@ from sciperf.workloads.base import Workload
 PRECISIONS = ("fp32", "bf16")
 
 
+def _epochs(row: dict[str, Any]) -> str:
+    """', epochs 3.68 / 3.12' where a row timed more than one epoch (old rows: nothing)."""
+    rates = row.get("samples_per_s_by_epoch") or []
+    return f", epochs {' / '.join(f'{r:.4g}' for r in rates)}" if len(rates) > 1 else ""
+
+
 def significant(x: float, digits: int = 4) -> float:
     """`x` to `digits` significant digits: a full OpenFold step on a CPU is 0.0008
     samples/s, which three decimals would print as 0.001."""
@@ -84,10 +90,11 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     warm = experiment not in cases.cold
     if warm:
         backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # allocations, kernels
-    samples, seconds = 0, 0.0
+    samples, seconds, per_epoch = 0, 0.0, []
     for epoch in range(int(warm), epochs + int(warm)):
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
+        per_epoch.append(significant(result.samples / result.seconds))
     rate = samples / seconds
     flops = count_flops(model := workload.model_spec(cfg), counted_layers(cfg, model)[0]).train
     # the process's peak resident memory: the row's own in its own process (the default,
@@ -103,6 +110,9 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": significant(rate), "warm_up": warm,
+            # each timed epoch's own rate: TensorFlow runs whole epochs in one of two speeds
+            # (README, "Speed on a CPU"), which the total alone would hide
+            "samples_per_s_by_epoch": per_epoch,
             **_per_unit(cases, folder, fmt, train, rate),
             "peak_flops": peak_flops, "train_flops_per_sample": flops,
             "achieved_flops": significant(rate * flops),
@@ -391,7 +401,8 @@ def bench(overrides: list[str]) -> int:
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
                       f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
                       f"{row['peak_rss_MB']} MB{_units(row)}, "
-                      f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak", flush=True)
+                      f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak"
+                      f"{_epochs(row)}", flush=True)
     if not only or "input" in only:
         _input_rows(workload, root, result, workers)
     if cases.staging and not only:

@@ -28,6 +28,11 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     # full batches of every timed epoch (a sampled workload's epoch is set to n/gbs steps)
     assert row["samples"] == epochs * (n // gbs) * gbs
     assert row["samples_per_s"] > 0 and row["peak_flops"] > 0
+    # one rate per timed epoch, whose samples-weighted harmonic mean is the row's rate
+    rates = row["samples_per_s_by_epoch"]
+    assert len(rates) == epochs and all(r > 0 for r in rates)
+    assert row["samples_per_s"] == pytest.approx(
+        row["samples"] / sum(row["samples"] / epochs / r for r in rates), rel=1e-2)
     from sciperf.info import machine
     assert row["device"].startswith(f"{machine()['cpu']} ({machine()['cores']} cores, ")
     # the model's counted training FLOPs (as `characterize` counts them) against the peak
