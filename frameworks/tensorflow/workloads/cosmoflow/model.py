@@ -85,36 +85,40 @@ def conv_block(conv: keras.layers.Conv3D, x, slope: float, input_grad: bool = Tr
     x = ops.cast(x, dtype)
     if slope < 0:  # not monotone: keep the reference order, autodiff's gradient
         y = tf.nn.leaky_relu(tf.nn.bias_add(_conv(x, kernel), bias), alpha=slope)
-        return tf.nn.max_pool3d(y, 2, 2, "VALID")
+        return tf.raw_ops.MaxPool3D(input=y, **POOL)
     return _pooled_block(slope, input_grad)(x, kernel, bias)
 
 
+# The layer's 'same'-padded, stride-1 Conv3D and the 2× max-pool, one set of arguments
+# for the forward ops and their hand-written gradients
+CONV = dict(strides=[1] * 5, padding="SAME")
+POOL = dict(ksize=[1, 2, 2, 2, 1], strides=[1, 2, 2, 2, 1], padding="VALID")
+
+
 def _conv(x, kernel):
-    """The layer's 'same'-padded, stride-1 Conv3D (grappler fuses it with the bias add)."""
-    return tf.nn.conv3d(x, kernel, [1] * 5, "SAME")
+    """The layer's Conv3D (grappler fuses it with the bias add)."""
+    return tf.raw_ops.Conv3D(input=x, filter=kernel, **CONV)
 
 
 def _pooled_block(slope: float, input_grad: bool):
     """conv + bias → max-pool 2 → LeakyReLU, and its gradient computed on the pooled map."""
-    pool = dict(ksize=[1, 2, 2, 2, 1], strides=[1, 2, 2, 2, 1], padding="VALID")
 
     @tf.custom_gradient
     def block(x, kernel, bias):
         y = tf.nn.bias_add(_conv(x, kernel), bias)
-        pooled = tf.nn.max_pool3d(y, 2, 2, "VALID")
+        pooled = tf.raw_ops.MaxPool3D(input=y, **POOL)
         out = tf.nn.leaky_relu(pooled, alpha=slope)
 
         def grad(g):
             # For slope > 0, out > 0 ⇔ pooled > 0: the gradient may read the output.
             g = tf.raw_ops.LeakyReluGrad(gradients=g, features=out, alpha=slope)
-            dy = tf.raw_ops.MaxPool3DGrad(orig_input=y, orig_output=pooled, grad=g, **pool)
+            dy = tf.raw_ops.MaxPool3DGrad(orig_input=y, orig_output=pooled, grad=g, **POOL)
             dkernel = tf.raw_ops.Conv3DBackpropFilterV2(
-                input=x, filter_sizes=tf.shape(kernel), out_backprop=dy, strides=[1] * 5,
-                padding="SAME")
+                input=x, filter_sizes=tf.shape(kernel), out_backprop=dy, **CONV)
             dbias = tf.reduce_sum(g, axis=[0, 1, 2, 3])
             dx = tf.raw_ops.Conv3DBackpropInputV2(
-                input_sizes=tf.shape(x), filter=kernel, out_backprop=dy, strides=[1] * 5,
-                padding="SAME") if input_grad else None
+                input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
+                **CONV) if input_grad else None
             return dx, dkernel, dbias
 
         return out, grad
