@@ -23,6 +23,7 @@ from sciperf.workloads.openfold.sizes import ModelSpec, mini_spec
 from sciperf_pytorch.workloads.openfold.model import AlphaFold
 from sciperf_pytorch.workloads.openfold.primitives import (
     TRUNC_NORMAL_STD,
+    Attention,
     Linear,
     SharedDropout,
 )
@@ -415,3 +416,68 @@ def test_side_chain_atoms_move_with_the_backbone():
     lit = tables["lit_positions"][aatype]
     torch.testing.assert_close(backbone.invert_apply(base[:, :, 0]), lit[:, :, 0])
     torch.testing.assert_close(backbone.invert_apply(base[:, :, 2]), lit[:, :, 2])
+
+
+def _attention_ops(att: Attention, x: torch.Tensor, mask: torch.Tensor,
+                   bias: torch.Tensor) -> tuple[torch.Tensor, list[tuple[str, tuple]]]:
+    """The attention's output and the (op, output shape) of every aten call it made."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[tuple[str, tuple]] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            calls.append((str(func.overloadpacket), tuple(getattr(out, "shape", ()))))
+            return out
+
+    with Record():
+        y = att(x, x, mask, bias)
+    return y, calls
+
+
+def test_attention_adds_mask_and_bias_into_the_logits():
+    """The [*, H, Q, K] logits take the mask and the pair bias in place (the reference's
+    `a += …`): no out-of-place add of logits size, and output and gradients equal the
+    out-of-place sum's."""
+    g = torch.Generator().manual_seed(0)
+    att = Attention(8, 8, 4, 2, inf=1e9).to(F64)
+    for p in att.parameters():
+        torch.nn.init.normal_(p, std=0.3, generator=g)
+    x = torch.randn(3, 5, 8, dtype=F64, generator=g, requires_grad=True)
+    mask = (torch.rand(3, 1, 1, 5, generator=g) > 0.3).to(F64)
+    bias = torch.randn(1, 2, 5, 5, dtype=F64, generator=g, requires_grad=True)
+    y, calls = _attention_ops(att, x, mask, bias)
+    logits = (3, 2, 5, 5)
+    assert calls.count(("aten.add_", logits)) == 2  # the mask term, then the bias
+    assert ("aten.add", logits) not in calls
+    grads = torch.autograd.grad(y.sum(), (x, bias, *att.parameters()))
+
+    q = att._heads(att.linear_q(x)) / math.sqrt(4)
+    k, v = att._heads(att.linear_k(x)), att._heads(att.linear_v(x))
+    ref = torch.matmul(q, k.transpose(-1, -2)) + (mask - 1.0) * 1e9 + bias
+    o = torch.matmul(torch.softmax(ref, -1), v).transpose(-2, -3)
+    o = o * torch.sigmoid(att.linear_g(x)).view(3, 5, 2, 4)
+    expected = att.linear_o(o.reshape(3, 5, 8))
+    assert torch.equal(y, expected)
+    wanted = torch.autograd.grad(expected.sum(), (x, bias, *att.parameters()))
+    for got, want in zip(grads, wanted, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+
+
+def test_attention_under_bf16_autocast_keeps_float32_softmax_input():
+    """A float32 mask term promotes bf16 logits: that sum stays out of place, so the
+    softmax still sees float32 logits under autocast."""
+    att = Attention(8, 8, 4, 2, inf=1e9)
+    x = torch.randn(2, 5, 8)
+    mask = torch.ones(2, 1, 1, 5)
+    seen: list[torch.dtype] = []
+    orig = torch.softmax
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.softmax = lambda t, dim: seen.append(t.dtype) or orig(t, dim)
+        try:
+            y = att(x, x, mask)
+        finally:
+            torch.softmax = orig
+    assert seen == [torch.float32]
+    assert torch.isfinite(y.float()).all()

@@ -95,6 +95,22 @@ def columnwise_dropout(p: float) -> SharedDropout:
     return SharedDropout(p, share_dims=(-2,))
 
 
+def _add_into(logits: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
+    """``logits + term``, written into `logits` when the sum keeps its dtype and shape.
+
+    The logits are the largest tensors of the network (the extra-MSA row attention's are
+    1,024 × 8 × crop² floats); adding the mask and the pair bias out of place allocated
+    two more of them per call and, on a CPU, faulted their fresh pages in (the
+    reference adds in place). The matmul's backward needs q and k, not its output, so
+    writing into it is safe for autograd. Under bf16 autocast a float32 term promotes
+    the sum, which stays out of place: the softmax keeps its float32 input.
+    """
+    if torch.result_type(logits, term) == logits.dtype and \
+            torch.broadcast_shapes(logits.shape, term.shape) == logits.shape:
+        return logits.add_(term)
+    return logits + term
+
+
 class Attention(nn.Module):
     """Multi-head attention with optional sigmoid gate (AF2 supplement Algorithm 7 & co.).
 
@@ -124,9 +140,9 @@ class Attention(nn.Module):
         q = self._heads(self.linear_q(x_q)) / math.sqrt(self.c_hidden)
         k = self._heads(self.linear_k(x_kv))
         v = self._heads(self.linear_v(x_kv))
-        logits = torch.matmul(q, k.transpose(-1, -2)) + (mask - 1.0) * self.inf
+        logits = _add_into(torch.matmul(q, k.transpose(-1, -2)), (mask - 1.0) * self.inf)
         if bias is not None:
-            logits = logits + bias
+            logits = _add_into(logits, bias)
         o = torch.matmul(torch.softmax(logits, dim=-1), v).transpose(-2, -3)  # [*, Q, H, C]
         if self.linear_g is not None:
             gate = torch.sigmoid(self.linear_g(x_q))
