@@ -419,16 +419,19 @@ def test_side_chain_atoms_move_with_the_backbone():
 
 
 def _attention_ops(att: Attention, x: torch.Tensor, mask: torch.Tensor,
-                   bias: torch.Tensor) -> tuple[torch.Tensor, list[tuple[str, tuple]]]:
-    """The attention's output and the (op, output shape) of every aten call it made."""
+                   bias: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, list[tuple[str, tuple, torch.dtype | None]]]:
+    """The attention's output and, for every aten call it made (below autocast), the op,
+    its output's shape and its first argument's dtype."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    calls: list[tuple[str, tuple]] = []
+    calls: list[tuple[str, tuple, torch.dtype | None]] = []
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            calls.append((str(func.overloadpacket), tuple(getattr(out, "shape", ()))))
+            first = getattr(args[0], "dtype", None) if args else None
+            calls.append((str(func.overloadpacket), tuple(getattr(out, "shape", ())), first))
             return out
 
     with Record():
@@ -449,8 +452,9 @@ def test_attention_adds_mask_and_bias_into_the_logits():
     bias = torch.randn(1, 2, 5, 5, dtype=F64, generator=g, requires_grad=True)
     y, calls = _attention_ops(att, x, mask, bias)
     logits = (3, 2, 5, 5)
-    assert calls.count(("aten.add_", logits)) == 2  # the mask term, then the bias
-    assert ("aten.add", logits) not in calls
+    adds = [(op, shape) for op, shape, _ in calls if op in ("aten.add_", "aten.add")]
+    assert adds.count(("aten.add_", logits)) == 2  # the mask term, then the bias
+    assert ("aten.add", logits) not in adds
     grads = torch.autograd.grad(y.sum(), (x, bias, *att.parameters()))
 
     q = att._heads(att.linear_q(x)) / math.sqrt(4)
@@ -469,15 +473,7 @@ def test_attention_under_bf16_autocast_keeps_float32_softmax_input():
     """A float32 mask term promotes bf16 logits: that sum stays out of place, so the
     softmax still sees float32 logits under autocast."""
     att = Attention(8, 8, 4, 2, inf=1e9)
-    x = torch.randn(2, 5, 8)
-    mask = torch.ones(2, 1, 1, 5)
-    seen: list[torch.dtype] = []
-    orig = torch.softmax
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.softmax = lambda t, dim: seen.append(t.dtype) or orig(t, dim)
-        try:
-            y = att(x, x, mask)
-        finally:
-            torch.softmax = orig
-    assert seen == [torch.float32]
+        y, calls = _attention_ops(att, torch.randn(2, 5, 8), torch.ones(2, 1, 1, 5))
+    assert [dtype for op, _, dtype in calls if op == "aten._softmax"] == [torch.float32]
     assert torch.isfinite(y.float()).all()
