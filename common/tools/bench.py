@@ -110,8 +110,8 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "input_size": cases.size(workload.model_spec(cfg)), "global_batch_size": gbs,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": significant(rate), "warm_up": warm,
-            # each timed epoch's own rate: TensorFlow runs whole epochs in one of two speeds
-            # (README, "Speed on a CPU"), which the total alone would hide
+            # each timed epoch's own rate: a total hides an epoch that ran late (tf.data's
+            # autotuning once made some TensorFlow epochs end late: README, "Speed on a CPU")
             "samples_per_s_by_epoch": per_epoch,
             **_per_unit(cases, folder, fmt, train, rate),
             "peak_flops": peak_flops, "train_flops_per_sample": flops,

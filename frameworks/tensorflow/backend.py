@@ -184,7 +184,7 @@ class WorkloadBackend(FrameworkBackend):
         else:
             def make(files, seed, shuffle, remainder):
                 return native.make_loader(files, reader, ctx.local_batch, seed, shuffle,
-                                         cfg.data.prefetch, remainder)
+                                         cfg.data.prefetch, remainder, cfg.data.workers)
             self._batches = native.batches
             overridden = type(self).device_transform is not WorkloadBackend.device_transform
             self._transform = self.device_transform if overridden else None
