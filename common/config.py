@@ -21,7 +21,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sciperf.errors import SciperfError
 from sciperf.workloads import DEFAULT, WORKLOADS, get
 
-PRECISIONS = ("fp32", "bf16")
+# fp32: IEEE single precision in both frameworks, on GPUs too (their TF32 defaults off);
+# tf32: fp32 with TF32 tensor-core matmuls and convolutions (NVIDIA GPUs); bf16: mixed
+PRECISIONS = ("fp32", "tf32", "bf16")
 CHOICES = {  # values the schema's str type cannot restrict
     "precision": ("auto", *PRECISIONS),
     "data.loader": ("native", "dali"),
@@ -142,7 +144,7 @@ class RootConfig:
     workload: str = DEFAULT  # set by the `workload` group (the contract's name)
     experiment: str = "mini"
     seed: int = 0
-    precision: str = "auto"  # fp32 | bf16 | auto: measured per machine (sciperf.precision)
+    precision: str = "auto"  # fp32 | tf32 | bf16 | auto: measured per machine (sciperf.precision)
     output_dir: str = "results/${workload}-${framework.name}-${experiment}"
     nodes: int = 1  # nodes requested by `sciperf launch`
     instances: int = 1  # concurrent training instances (throughput mode): ranks split evenly

@@ -26,7 +26,7 @@ from typing import Any
 from sciperf.errors import SciperfError
 
 BYTES_PER_PARAMETER = 12  # weight + gradient + one optimizer slot, fp32
-BYTES_PER_OUTPUT = {"fp32": 4, "bf16": 2}
+BYTES_PER_OUTPUT = {"fp32": 4, "tf32": 4, "bf16": 2}
 MEMINFO = Path("/proc/meminfo")
 
 

@@ -10,7 +10,7 @@ when it is at least ``MARGIN`` faster. Beside a GPU it is bf16 AMP, without a pr
 The measurement is cached per CPU model and flags, threads, framework version and op in
 ``$SCIPERF_CACHE_DIR`` (default ``~/.cache/sciperf``) ``/precision.json``, so later runs
 and every rank of a job on one kind of node read the same choice. An explicit
-``precision=fp32|bf16`` always wins.
+``precision=fp32|tf32|bf16`` always wins (tf32: beside an NVIDIA GPU only).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sciperf.distributed import cpu_count
+from sciperf.errors import SciperfError
 from sciperf.info import machine
 
 MARGIN = 1.1  # bf16 must beat fp32 by 10%: autocast's casts cost accuracy budget too
@@ -111,9 +112,12 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
 
     `wait_s`: how long to wait for another process to cache the measurement first (a
     node's other ranks wait for its first: one probe on an idle node, one choice)."""
+    device = framework.get("device", "cpu")
+    if asked == "tf32" and device == "cpu":
+        raise SciperfError("precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this run "
+                           "is on the CPU: use fp32 or bf16")
     if asked != AUTO:
         return Choice(asked, asked, f"precision={asked} asked")
-    device = framework.get("device", "cpu")
     if device != "cpu":
         return Choice(asked, "bf16", f"{device}: bf16 AMP on the GPU")
     path, key = cache_file(), cache_key(machine, framework, op, threads)

@@ -290,7 +290,7 @@ def _precision(cfg: Any, workload: Workload, backend: Any,
     if runtime is None or not hasattr(runtime, "probe_ms"):
         if cfg.precision == precision_choice.AUTO:
             raise SciperfError(f"precision=auto: framework={cfg.framework.name} cannot measure "
-                               "its precisions; name one (precision=fp32|bf16)")
+                               "its precisions; name one (precision=fp32|tf32|bf16)")
         return precision_choice.Choice(cfg.precision, cfg.precision,
                                        f"precision={cfg.precision} asked")
     if cfg.precision == precision_choice.AUTO:  # the probe runs as training will: the

@@ -85,9 +85,10 @@ for s in $steps; do
                 data.dir="$work/data-$w" output_dir="$work/run-$w" train.overwrite=true
             cp "$work/run-$w/summary.json" "$work/summary-$w.json" 2>/dev/null
         done ;;
-    full)  # the full models, fp32 (TF32 convolutions: PyTorch's default) and bf16 AMP
+    full)  # the full models: fp32 (IEEE), tf32 (tensor-core float32) and bf16 AMP
         for w in $workloads; do
-            bench "full${TAG:+-$TAG}-$w" "$w" bench.cases=full "${shape[@]}"
+            bench "full${TAG:+-$TAG}-$w" "$w" bench.cases=full bench.precision=fp32,tf32,bf16 \
+                "${shape[@]}"
         done ;;
     variants)  # the knobs: channels-last off, torch.compile on (bf16)
         for w in $workloads; do

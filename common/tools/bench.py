@@ -27,7 +27,7 @@ from typing import Any
 from sciperf import allocator
 from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
-from sciperf.config import compose
+from sciperf.config import PRECISIONS, compose
 from sciperf.data.loader import BatchLoader
 from sciperf.data.staging import stage_files
 from sciperf.distributed import cpu_count
@@ -36,8 +36,6 @@ from sciperf.info import machine
 from sciperf.tools.characterize import count_flops, counted_layers
 from sciperf.workloads import DEFAULT, get
 from sciperf.workloads.base import Workload
-
-PRECISIONS = ("fp32", "bf16")
 
 
 def _epochs(row: dict[str, Any]) -> str:

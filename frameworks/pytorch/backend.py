@@ -154,6 +154,7 @@ class WorkloadBackend(FrameworkBackend):
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
         cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
+        runtime.set_precision(self.device, cfg.precision)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s, cfg.distributed.single_rank_group)
         self.reader = self.workload.dataset.reader(cfg.data.dir, cfg.data.format,

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from sciperf.distributed import cpu_count
+from sciperf.errors import SciperfError
 
 INTER_OP_POOL = False  # eager ops run one after another: every core goes to each op
 
@@ -44,10 +45,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def set_precision(device: torch.device, precision: str) -> None:
+    """What fp32 arithmetic means on a GPU: IEEE for ``fp32`` and ``bf16`` (the ops autocast
+    leaves in float32), TF32 tensor cores for ``tf32``, matmuls and convolutions alike.
+
+    PyTorch's own defaults differ by op (TF32 convolutions, IEEE matmuls) and TensorFlow's
+    from both (TF32 for all), so `fp32` set explicitly is one arithmetic in both
+    frameworks. TF32 is an NVIDIA GPU format: refused on any other device.
+    """
+    if precision not in ("fp32", "tf32", "bf16"):  # `auto` is resolved before a model runs
+        raise ValueError(f"precision={precision} is not one of fp32, tf32, bf16")
+    if precision == "tf32" and device.type != "cuda":
+        raise SciperfError(f"precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this "
+                           f"rank runs on the {device.type.upper()}: use fp32 or bf16")
+    # the flags older code reads too (mixing them with the per-op fp32_precision API makes
+    # torch refuse to read either)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 mixed precision (fp32 master weights, fp32 loss) or a no-op for fp32."""
-    if precision not in ("fp32", "bf16"):  # `auto` is resolved before a model runs
-        raise ValueError(f"precision={precision} is not one of fp32, bf16")
+    """bf16 mixed precision (fp32 master weights, fp32 loss) or a no-op for fp32 and tf32
+    (set once by :func:`set_precision`)."""
+    if precision not in ("fp32", "tf32", "bf16"):  # `auto` is resolved before a model runs
+        raise ValueError(f"precision={precision} is not one of fp32, tf32, bf16")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

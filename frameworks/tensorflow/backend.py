@@ -138,7 +138,7 @@ class WorkloadBackend(FrameworkBackend):
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s)
         runtime.seed_everything(cfg.seed)
-        runtime.set_precision(cfg.precision)
+        runtime.set_precision(cfg.precision, self.device)
         self.model = self.build_model(self.model_spec)
         if cfg.train.init_weights:
             path = str(cfg.train.init_weights)

@@ -14,9 +14,10 @@ import keras
 import tensorflow as tf
 
 from sciperf.distributed import cpu_count
+from sciperf.errors import SciperfError
 from sciperf_tensorflow import gradients
 
-POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16"}
 
 
 INTER_OP_POOL = True  # ops may run side by side (sciperf.threads chooses how many)
@@ -60,15 +61,22 @@ def seed_everything(seed: int) -> None:
     keras.utils.set_random_seed(seed % 2**32)
 
 
-def set_precision(precision: str) -> None:
+def set_precision(precision: str, device: str = "/CPU:0") -> None:
     """bf16 mixed precision (fp32 variables, bf16 compute) or plain fp32, for models built next.
 
-    The model casts its output to float32 before the final tanh, so the loss is fp32; bias
+    `fp32` (and bf16's float32 remainder) is IEEE arithmetic: TensorFlow's default TF32
+    tensor-core math for float32 on NVIDIA GPUs is off, as in PyTorch's fp32
+    (``sciperf_pytorch.runtime.set_precision``); `tf32` turns it on, on a GPU only. The
+    model casts its output to float32 before the final tanh, so the loss is fp32; bias
     gradients are summed wider than bf16 (``sciperf_tensorflow.gradients``).
     """
     if precision not in POLICIES:
         raise ValueError(f"precision={precision} is not one of {', '.join(POLICIES)}")
+    if precision == "tf32" and "GPU" not in device.upper():
+        raise SciperfError("precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this "
+                           "rank runs on the CPU: use fp32 or bf16")
     gradients.install()
+    tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
     keras.mixed_precision.set_global_policy(POLICIES[precision])
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sciperf import precision
+from sciperf.errors import SciperfError
 from sciperf.workloads import get
 
 MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "amx_bf16": True, "avx512_bf16": False}
@@ -41,6 +42,29 @@ def test_an_explicit_precision_wins_without_a_probe(asked: str) -> None:
     probe = Probe(10.0, 1.0)
     choice = precision.choose(asked, "conv3d", probe, CPU, MACHINE, 2)
     assert (choice.precision, choice.asked, probe.calls) == (asked, asked, 0)
+
+
+def test_tf32_is_kept_on_a_gpu_and_refused_on_the_cpu_in_one_line() -> None:
+    probe = Probe(10.0, 1.0)
+    gpu = {**CPU, "device": "NVIDIA H100 80GB HBM3"}
+    assert precision.choose("tf32", "conv3d", probe, gpu, MACHINE, 16).precision == "tf32"
+    with pytest.raises(SciperfError, match="precision=tf32 needs an NVIDIA GPU") as err:
+        precision.choose("tf32", "conv3d", probe, CPU, MACHINE, 2)
+    assert "\n" not in str(err.value) and probe.calls == 0
+
+
+def test_tf32_on_the_cpu_ends_train_before_anything_is_written(sciperf_cmd, tmp_path) -> None:
+    import subprocess
+
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [*sciperf_cmd, "train", "workload=cosmoflow", "experiment=mini", "precision=tf32",
+         f"data.dir={tmp_path}", f"output_dir={out}"],
+        capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode != 0 and not out.exists()
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "sciperf train: error: precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this "
+        "run is on the CPU: use fp32 or bf16")
 
 
 def test_a_gpu_takes_bf16_amp_without_a_probe() -> None:

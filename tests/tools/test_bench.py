@@ -131,7 +131,7 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
     assert rows[0]["samples_per_s"] == 0.000812
     assert not list(tmp_path.glob("*.part"))
     with pytest.raises(SciperfError, match=r"bench.precision=fp16: fp16 is not one of fp32, "
-                                           r"bf16"):
+                                           r"tf32, bf16"):
         bench.bench(["workload=cosmoflow", "bench.precision=fp16", f"output={tmp_path}"])
 
 
