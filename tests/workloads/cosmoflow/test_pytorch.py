@@ -165,10 +165,10 @@ def test_pool_then_leaky_equals_the_reference_order_bit_for_bit(slope):
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_conv_blocks_take_the_bias_gradient_from_the_pooled_gradient(bf16):
-    """The model's float32 conv → pool blocks: outputs and weight gradients equal the
-    plain autograd path bit for bit, bias gradients to float32 rounding, and no
-    convolution backward computes a bias gradient over the full-size map. bf16 autocast
-    keeps the plain path (no time gained there, more memory held)."""
+    """The model's conv → pool blocks: outputs and weight gradients equal the plain
+    autograd path bit for bit, bias gradients to float32 rounding (bf16: the plain path
+    rounds them to bf16), and no convolution backward computes a bias gradient over the
+    full-size map."""
     import copy
 
     from torch.nn import functional as F  # noqa: N812
@@ -205,11 +205,13 @@ def test_conv_blocks_take_the_bias_gradient_from_the_pooled_gradient(bf16):
     with Masks() as masks:
         out.float().sum().backward()
     want.float().sum().backward()
-    assert masks.bias == [bf16, bf16]
+    assert masks.bias == [False, False]
     for name in ours.conv_names:
         a, b = getattr(ours, name), getattr(ref, name)
         assert torch.equal(a.weight.grad, b.weight.grad)
-        torch.testing.assert_close(a.bias.grad, b.bias.grad, rtol=1e-5, atol=1e-6)
+        assert a.bias.grad.dtype == torch.float32
+        torch.testing.assert_close(a.bias.grad, b.bias.grad, rtol=(8e-3 if bf16 else 1e-5),
+                                   atol=1e-5)
 
 
 def test_bf16_block_pools_in_bf16_with_the_values_of_the_float32_cast():

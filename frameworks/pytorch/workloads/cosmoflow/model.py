@@ -94,18 +94,16 @@ def conv_block(x: torch.Tensor, slope: float) -> torch.Tensor:
 
 def conv_pool_block(conv: nn.Conv3d, x: torch.Tensor, slope: float) -> torch.Tensor:
     """``conv_block(conv(x), slope)``, whose backward takes the convolution's bias gradient
-    from the pooled gradient (:class:`_ConvPool`): float32 on a CPU. Under autocast, on a
-    GPU and for layers it does not cover (an even kernel, a negative slope) the plain path
-    runs: bf16 gained no time from it (full model, Zen 5: 0.997–1.022 s a step either way)
-    while its peak resident memory rose 0.5–1.1 GB in three rounds."""
+    from the pooled gradient (:class:`_ConvPool`); layers it does not cover (an even kernel,
+    a negative slope) take the plain path."""
     k = conv.kernel_size
-    autocast = torch.amp.is_autocast_available(x.device.type) and \
-        torch.is_autocast_enabled(x.device.type)
-    if autocast or x.device.type != "cpu" or slope < 0 or any(n % 2 == 0 for n in k) or \
-            conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 or \
-            conv.bias is None:
+    if slope < 0 or any(n % 2 == 0 for n in k) or conv.stride != (1, 1, 1) or \
+            conv.dilation != (1, 1, 1) or conv.groups != 1 or conv.bias is None:
         return conv_block(conv(x), slope)
-    pooled = _ConvPool.apply(x, conv.weight, conv.bias)
+    dtype = None
+    if torch.amp.is_autocast_available(x.device.type) and torch.is_autocast_enabled(x.device.type):
+        dtype = torch.get_autocast_dtype(x.device.type)
+    pooled = _ConvPool.apply(x, conv.weight, conv.bias, dtype)
     with _autocast_off(x.device.type):
         return F.leaky_relu(pooled, slope)
 
@@ -118,31 +116,33 @@ class _ConvPool(torch.autograd.Function):
     element to one element of its window — so the convolution's backward skips its pass
     over the full-size gradient (the TensorFlow block does the same). Full model, fp32,
     batch 4, 2-vCPU Zen 5: conv0's backward 233 → 206 ms with the bias gradient left out.
+    `dtype`: autocast's compute dtype, or None; gradients return in the parameters' dtype.
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias):  # noqa: ANN001, ANN205 - autograd's signature
+    def forward(ctx, x, weight, bias, dtype):  # noqa: ANN001, ANN205 - autograd's signature
+        ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
+        if dtype is not None:
+            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
         padding = [n // 2 for n in weight.shape[2:]]
         with _autocast_off(x.device.type):
             y = F.conv3d(x, weight, bias, padding=padding)
             pooled, index = torch.ops.aten.max_pool3d_with_indices(y, [2] * 3, [2] * 3)
-        ctx.save_for_backward(x, weight)
-        # intermediates, kept on ctx so the backward can free them before the convolution's
-        # (saved tensors live to the end of the backward: +0.45 GB peak at full size)
-        ctx.pool = [y, index]
+        ctx.save_for_backward(x, weight, index)
+        ctx.y = (y.shape, y.stride(), y.dtype)
         ctx.padding = padding
         return pooled
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001, ANN205
-        x, weight = ctx.saved_tensors
-        y, index = ctx.pool
-        ctx.pool.clear()
+        x, weight, index = ctx.saved_tensors
+        shape, stride, dtype = ctx.y
+        like = torch.empty_strided(shape, stride, dtype=dtype, device=grad.device)  # sizes
         dy = torch.ops.aten.max_pool3d_with_indices_backward(
-            grad, y, [2] * 3, [2] * 3, [0] * 3, [1] * 3, False, index)
-        del y, index
+            grad, like, [2] * 3, [2] * 3, [0] * 3, [1] * 3, False, index)
         gx, gw, _ = torch.ops.aten.convolution_backward(
             dy, x, weight, None, [1] * 3, ctx.padding, [1] * 3, False, [0] * 3, 1,
             [ctx.needs_input_grad[0], True, False])
-        return gx, gw, grad.sum((0, 2, 3, 4))
-
+        gb = grad.sum((0, 2, 3, 4), dtype=torch.float32)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        return (None if gx is None else gx.to(x_dtype), gw.to(w_dtype), gb.to(b_dtype), None)
