@@ -62,6 +62,14 @@ def cache_key(machine: dict[str, Any], framework: dict[str, str], op: str,
     return f"{machine.get('cpu', '?')} [{flags or 'no bf16 units'}] x{threads} | {versions} | {op}"
 
 
+def require_gpu_for_tf32(precision: str, on_gpu: bool) -> None:
+    """TF32 is an NVIDIA tensor-core format: `precision=tf32` off a GPU ends in one line
+    (the driver asks before anything is written; each runtime again when used alone)."""
+    if precision == "tf32" and not on_gpu:
+        raise SciperfError("precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this run "
+                           "is on the CPU: use fp32 or bf16")
+
+
 def _read(path: Path) -> dict[str, Any]:
     """The cache, or empty when missing or unreadable (it is only a cache: re-measured)."""
     try:
@@ -113,9 +121,7 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
     `wait_s`: how long to wait for another process to cache the measurement first (a
     node's other ranks wait for its first: one probe on an idle node, one choice)."""
     device = framework.get("device", "cpu")
-    if asked == "tf32" and device == "cpu":
-        raise SciperfError("precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this run "
-                           "is on the CPU: use fp32 or bf16")
+    require_gpu_for_tf32(asked, device != "cpu")
     if asked != AUTO:
         return Choice(asked, asked, f"precision={asked} asked")
     if device != "cpu":

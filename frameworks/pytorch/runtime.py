@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from sciperf.distributed import cpu_count
-from sciperf.errors import SciperfError
+from sciperf.precision import require_gpu_for_tf32
 
 INTER_OP_POOL = False  # eager ops run one after another: every core goes to each op
 
@@ -55,9 +55,7 @@ def set_precision(device: torch.device, precision: str) -> None:
     """
     if precision not in ("fp32", "tf32", "bf16"):  # `auto` is resolved before a model runs
         raise ValueError(f"precision={precision} is not one of fp32, tf32, bf16")
-    if precision == "tf32" and device.type != "cuda":
-        raise SciperfError(f"precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this "
-                           f"rank runs on the {device.type.upper()}: use fp32 or bf16")
+    require_gpu_for_tf32(precision, device.type == "cuda")
     # the flags older code reads too (mixing them with the per-op fp32_precision API makes
     # torch refuse to read either)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from sciperf.distributed import cpu_count
-from sciperf.errors import SciperfError
+from sciperf.precision import require_gpu_for_tf32
 from sciperf_tensorflow import gradients
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16"}
@@ -72,9 +72,7 @@ def set_precision(precision: str, device: str = "/CPU:0") -> None:
     """
     if precision not in POLICIES:
         raise ValueError(f"precision={precision} is not one of {', '.join(POLICIES)}")
-    if precision == "tf32" and "GPU" not in device.upper():
-        raise SciperfError("precision=tf32 needs an NVIDIA GPU (TF32 tensor cores); this "
-                           "rank runs on the CPU: use fp32 or bf16")
+    require_gpu_for_tf32(precision, "GPU" in device.upper())
     gradients.install()
     tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
     keras.mixed_precision.set_global_policy(POLICIES[precision])
