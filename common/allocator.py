@@ -13,13 +13,18 @@ high-water mark (4.9 vs 3.2 GB there) instead of returning between steps.
 `reuse` (``framework.malloc``, the default) sets, for the running process:
 
 * ``M_MMAP_MAX = 0``: large blocks come from the heap, not fresh mappings;
-* ``M_TRIM_THRESHOLD = -1``: freed heap memory is never handed back to the kernel.
+* ``M_TRIM_THRESHOLD = -1``: freed heap memory is never handed back to the kernel;
+* ``M_ARENA_MAX = 1``: every thread allocates from that one heap. Otherwise each thread
+  gets an arena of 64 MiB heaps, a block larger than a heap is mapped anyway, and a heap
+  left empty is unmapped: the loader's threads, started afresh each epoch, faulted their
+  samples and batches in again (full CosmoFlow, batch 4: 1,100–2,200 faults of 2 MiB
+  pages in each epoch's first step, which took 1.86–2.11 s against 1.81–1.89 s for the
+  others; with one arena none, and the first step 1.85–1.89 s). The allocations that
+  share the arena's lock are few and large (tensors, samples, batches).
 
-Both are ``mallopt`` calls, so nothing is preloaded and no process is re-executed. Blocks
-a non-main thread asks for beyond its 64 MiB arena are still mapped (glibc falls back to
-``mmap``): the loaders' batches, not the training step's tensors. `system` leaves glibc
-as it is. A C library other than glibc (musl) has no ``mallopt``: `reuse` says so and
-changes nothing.
+All are ``mallopt`` calls, so nothing is preloaded and no process is re-executed. `system`
+leaves glibc as it is. A C library other than glibc (musl) has no ``mallopt``: `reuse`
+says so and changes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from functools import cache
 MODES = ("reuse", "system")
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_MAX = -4
+M_ARENA_MAX = -8
 
 
 @cache
@@ -62,6 +68,7 @@ def configure(mode: str) -> str:
     lib = _libc()
     if lib is None:
         return "system (no glibc mallopt here)"
-    ok = lib.mallopt(M_MMAP_MAX, 0) == 1 and lib.mallopt(M_TRIM_THRESHOLD, -1) == 1
+    ok = all(lib.mallopt(option, value) == 1 for option, value in
+             ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1)))
     _applied.append("reuse" if ok else "system (mallopt refused)")
     return _applied[0]

@@ -171,8 +171,10 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         workload.check_run(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None
+    # before the framework loads: glibc fixes its arena limit when a second thread first
+    # allocates, and the first big tensor should already come from the kept heap
+    malloc = allocator.configure(str(cfg.framework.malloc))
     backend = load_backend(cfg.framework.name, cfg.workload)
-    malloc = allocator.configure(str(cfg.framework.malloc))  # before the first big tensor
     choice = _precision(cfg, workload, backend, info)
     cfg = OmegaConf.merge(cfg, {"precision": choice.precision})
     if not int(cfg.system.accelerators_per_node):  # CPU: the OOM killer leaves no trace

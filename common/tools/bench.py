@@ -78,8 +78,8 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
                    f"data.format={fmt}", f"data.train_samples={n}",
                    f"data.eval_samples={n_eval}", f"train.global_batch_size={gbs}",
                    f"precision={precision}", *epoch] + extra)
-    backend = load_backend(framework, cfg.workload)
     malloc = allocator.configure(str(cfg.framework.malloc))  # as `sciperf train` does
+    backend = load_backend(framework, cfg.workload)
     train = workload.dataset.list_samples(folder, "train", fmt, n)
     evals = workload.dataset.list_samples(folder, "validation", fmt, n_eval)
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
