@@ -131,10 +131,14 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
+    from sciperf import allocator
     from sciperf.results.check import check_log
     from sciperf.tools.prepare import prepare
     from sciperf.train import train
     cfg = _cfg(args)
+    # before prepare's threads allocate: glibc fixes its arena limit then (train sets the
+    # same mode again, a no-op)
+    allocator.configure(str(cfg.framework.malloc))
     prepare(cfg, force=args.force)
     summary = train(cfg)
     if summary["rank"] != 0:  # only an instance's rank 0 wrote a log

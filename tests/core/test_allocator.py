@@ -61,3 +61,22 @@ def test_reuse_keeps_freed_memory_and_system_maps_it_anew(where: str) -> None:
 def test_a_mode_is_one_of_reuse_or_system() -> None:
     with pytest.raises(ValueError, match="reuse, system"):
         allocator.configure("tcmalloc")
+
+
+def test_run_sets_the_allocator_before_prepare_can_start_threads(monkeypatch) -> None:
+    """`sciperf run` prepares data (threads that allocate) before it trains: the mode is
+    set first, since glibc fixes its arena limit when a second thread first allocates."""
+    import sciperf.tools.prepare
+    from sciperf import cli
+    from sciperf.errors import SciperfError
+
+    calls: list[str] = []
+    monkeypatch.setattr(allocator, "configure", lambda mode: calls.append(f"malloc={mode}"))
+
+    def prepare(cfg, force=False):
+        calls.append("prepare")
+        raise SciperfError("stop before training")
+
+    monkeypatch.setattr(sciperf.tools.prepare, "prepare", prepare)
+    assert cli.main(["run", "framework=pytorch", "experiment=mini"]) != 0
+    assert calls == ["malloc=reuse", "prepare"]
