@@ -213,14 +213,20 @@ def implemented(name: str) -> tuple[str, ...]:
     return tuple(load_registry(name).BACKENDS)
 
 
-def backend_class(name: str, workload: str) -> type[Backend]:
-    """The Backend class of `workload` in framework `name`; a framework that lacks the
-    workload says so in one line."""
+def require_pair(name: str, workload: str) -> str:
+    """The registry entry ("module:Class") of `workload` in framework `name`; a framework
+    that lacks the workload says so in one line. Cheap (the framework's registry, not its
+    backend module), so a verb can refuse the pair before it writes anything."""
     registry = load_registry(name).BACKENDS
     if workload not in registry:
         raise SciperfError(f"{name} does not implement {workload} "
                            f"(has: {', '.join(registry) or 'nothing'})")
-    module, _, cls = registry[workload].partition(":")
+    return registry[workload]
+
+
+def backend_class(name: str, workload: str) -> type[Backend]:
+    """The Backend class of `workload` in framework `name` (:func:`require_pair`)."""
+    module, _, cls = require_pair(name, workload).partition(":")
     try:
         return getattr(importlib.import_module(module), cls)
     except ImportError as exc:

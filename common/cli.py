@@ -132,10 +132,12 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 @verb("run", "the main job: prepare (if missing) + train + check")
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf import allocator
+    from sciperf.backends import require_pair
     from sciperf.results.check import check_log
     from sciperf.tools.prepare import prepare
     from sciperf.train import train
     cfg = _cfg(args)
+    require_pair(cfg.framework.name, cfg.workload)  # before prepare writes a dataset
     # before prepare's threads allocate: glibc fixes its arena limit then (train sets the
     # same mode again, a no-op)
     allocator.configure(str(cfg.framework.malloc))

@@ -6,8 +6,10 @@ function): synthetic data, an existing set to verify, conversions.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.workloads import get
 
@@ -19,4 +21,6 @@ def prepare(cfg: Any, force: bool = False) -> None:
     source = cfg.data.source
     if source not in sources:
         raise SciperfError(f"data.source={source} is not one of {', '.join(sources)}")
+    if source != "existing":  # every other source writes into data.dir: refused up front
+        check_output_dir(Path(cfg.data.dir), "data.dir=")
     sources[source](cfg, force)

@@ -1,0 +1,89 @@
+"""`sciperf prepare` / `sciperf run` refuse what they cannot do before they write: a
+`data.dir` that cannot take the dataset, and (run) a framework that lacks the workload —
+one line naming it, exit 2, nothing generated."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def _sciperf(cmd: list[str], *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300,
+                          check=False, env=env)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    # TensorFlow's C++ start-up lines go to stderr before sciperf runs: sciperf's own is one
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("workload", ["cosmoflow", "deepcam", "oc20", "openfold"])
+@pytest.mark.parametrize("case", ["file", "below-a-file"])
+def test_prepare_refuses_a_data_dir_it_cannot_write(sciperf_cmd, tmp_path: Path,
+                                                    workload: str, case: str) -> None:
+    """A file where the dataset should go (or on its path) is one line naming data.dir,
+    before any generator starts — not a NotADirectoryError from deep in the writer."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("keep")
+    data = blocker if case == "file" else blocker / "data"
+    proc = _sciperf(sciperf_cmd, "prepare", f"workload={workload}", "experiment=mini",
+                    f"data.dir={data}")
+    _one_line(proc, f"data.dir={data}")
+    assert blocker.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
+
+
+@pytest.mark.parametrize("source", ["synthetic", "existing"])
+def test_only_sources_that_write_probe_the_data_dir(monkeypatch, tmp_path: Path,
+                                                    source: str) -> None:
+    """Verifying a download must work on a read-only filesystem: `existing` writes
+    nothing, so the writability probe is asked of every other source only."""
+    from sciperf.config import compose
+    from sciperf.errors import SciperfError
+    from sciperf.tools import prepare as tool
+    from sciperf.workloads import get
+
+    def unwritable(path: Path, what: str) -> None:
+        raise SciperfError(f"{what}{path} cannot be written (probe)")
+
+    ran: list[str] = []
+    sources = {name: (lambda cfg, force, name=name: ran.append(name))
+               for name in get("cosmoflow").dataset.prepare}
+    monkeypatch.setattr(tool, "check_output_dir", unwritable)
+    monkeypatch.setattr(tool, "get", lambda name: _with_sources(get(name), sources))
+    cfg = compose(["experiment=mini", f"data.source={source}", f"data.dir={tmp_path}"])
+    if source == "existing":
+        tool.prepare(cfg)
+        assert ran == ["existing"]
+    else:
+        with pytest.raises(SciperfError, match="cannot be written"):
+            tool.prepare(cfg)
+        assert ran == []
+
+
+def _with_sources(workload, sources):
+    """`workload` whose dataset's prepare sources are `sources` (recorders, not writers)."""
+    import dataclasses
+    return dataclasses.replace(workload, dataset=dataclasses.replace(workload.dataset,
+                                                                      prepare=sources))
+
+
+def test_run_refuses_a_missing_pair_before_preparing(sciperf_cmd, tmp_path: Path) -> None:
+    """`sciperf run` prepares, then trains: a framework that lacks the workload is refused
+    first, not after a dataset (OpenFold's: a pre-trained starting checkpoint) was made."""
+    pytest.importorskip("tensorflow")
+    data, out = tmp_path / "data", tmp_path / "out"
+    proc = _sciperf(sciperf_cmd, "run", "workload=openfold", "framework=tensorflow",
+                    "experiment=mini", f"data.dir={data}", f"output_dir={out}")
+    _one_line(proc, "tensorflow does not implement openfold")
+    assert not data.exists() and not out.exists()
