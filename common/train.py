@@ -179,6 +179,9 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     cfg = OmegaConf.merge(cfg, {"precision": choice.precision})
     if not int(cfg.system.accelerators_per_node):  # CPU: the OOM killer leaves no trace
         _check_memory(cfg, workload, info)
+    # the dataset's listing and the batch rules, before any record: a missing or short
+    # dataset is a refusal, not a run that stopped (docs/architecture.md, rule 10)
+    plan = resolve_files(cfg, info, workload)
     out = Path(cfg.output_dir)
     found = _resume_point(cfg, out, info)
     output.claim(out, bool(cfg.train.overwrite), rank == 0, info.instance, info.instances,
@@ -211,7 +214,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     try:
         with _signal_watcher(closer, _term_grace(cfg)), \
                 _stop_on_request(bool(cfg.train.checkpoint_every), _term_grace(cfg) > 0):
-            _run(cfg, info, workload, mll, state, out)
+            _run(cfg, info, workload, mll, state, out, plan)
     except BaseException as exc:
         closer()
         lost = state.backend.peer_lost(exc) if state.backend is not None else None
@@ -235,11 +238,10 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
 
 def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: RunState,
-         out: Path) -> None:
+         out: Path, plan: FilePlan) -> None:
     """Header, staging, setup, run_start, the epochs (state.backend/run_start set as they
     come, so the closing records of an abort say how far the run got)."""
     backend = state.backend
-    plan = resolve_files(cfg, info, workload)
     found = state.resume_from
     if found is None:
         mll.hyperparameters(workload.mllog_hyperparameters(cfg, plan.train_samples,

@@ -48,8 +48,9 @@ def test_a_second_run_is_refused_and_the_first_kept(sciperf_cmd, tiny_mini_data,
     assert first.returncode in (0, 1), first.stderr
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {"result_0.txt", "summary.json"} <= set(before)
-    # even a run that would fail at once on a user error must not touch the first
-    again = _train(sciperf_cmd, tiny_mini_data, out, "train.global_batch_size=7")
+    # even a run that would fail at once on a user error must not touch the first (a
+    # missing weights file is found by the backend's setup, after the claim)
+    again = _train(sciperf_cmd, tiny_mini_data, out, f"train.init_weights={tmp_path}/no.npz")
     _one_line(again, f"output_dir={out}", "already holds a run", "result_0.txt",
               "train.overwrite=true")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -86,6 +87,24 @@ def test_unusable_output_dirs_are_one_line(sciperf_cmd, tiny_mini_data, tmp_path
            "proc": Path("/proc/sciperf-run")}[case]
     _one_line(_train(sciperf_cmd, tiny_mini_data, out), f"output_dir={out}", *words)
     assert blocker.read_text() == "keep"
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (("data.train_samples=128",), ("holds 64 npy samples but 128 were requested",)),
+    (("train.global_batch_size=24",), ("data.train_samples=64 must be a positive multiple",)),
+])
+def test_a_dataset_the_run_cannot_use_is_refused_before_any_record(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path, extra: tuple[str, ...],
+        words: tuple[str, ...]) -> None:
+    """A short dataset or a batch its shards cannot hold is a refusal, like a bad override:
+    one line and no records — so the corrected run may use the same output_dir without
+    train.overwrite=true (docs/architecture.md, rule 10)."""
+    out = tmp_path / "run"
+    _one_line(_train(sciperf_cmd, tiny_mini_data, out, *extra), *words)
+    assert not out.exists() or output.run_records(out) == []
+    proc = _train(sciperf_cmd, tiny_mini_data, out)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert _strict_json(out / "summary.json")["epochs"] == 1
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
