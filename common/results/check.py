@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sciperf.errors import SciperfError
+from sciperf.results.logs import parse_log
 from sciperf.results.mllog import RULESET
 
 
@@ -49,8 +50,22 @@ def _log_value(path: Path, key: str) -> str:
     return "?"
 
 
+def _crash(output: str) -> str | None:
+    """The exception a crashed checker ended with ("the checker crashed on this log:
+    TypeError: …"), or None: its traceback's frames name the checker's code, not what in
+    the log made it fail, so only the last line is worth one verdict line."""
+    head, sep, tail = output.partition("Traceback (most recent call last):")
+    if not sep:
+        return None
+    last = [ln.strip() for ln in tail.splitlines() if ln.strip() and not ln.startswith(" ")]
+    return f"the checker crashed on this log: {last[-1] if last else 'no exception line'}"
+
+
 def _problems(output: str) -> list[str]:
     """The checker's findings, one string each (it separates them with dashes)."""
+    crash = _crash(output)
+    if crash is not None:
+        return [crash]
     found = []
     for chunk in output.replace("------------------------------", "\n").splitlines():
         text = chunk.strip()
@@ -67,6 +82,7 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
     path = Path(path)
     if not path.is_file():
         raise SciperfError(f"no such MLLOG file: {path}")
+    parse_log(path)  # not a log at all (another file, empty, binary): one line, as score's
     with tempfile.TemporaryDirectory(prefix="sciperf-check-") as tmp:
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"),

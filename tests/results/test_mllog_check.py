@@ -220,6 +220,36 @@ def test_target_never_reached_fails_closed_cosmoflow(tmp_path: Path) -> None:
     assert any("eval_error" in p and "0.124" in p for p in verdict.problems), verdict.problems
 
 
+def test_a_log_that_crashes_the_checker_names_the_exception(good_log: Path,
+                                                            tmp_path: Path) -> None:
+    """A value the checker's rules cannot compare (a string eval_error) crashes the
+    official checker: the verdict gives its exception, not the traceback's first line."""
+    def text_metric(lines: list[str]) -> list[str]:
+        at = next(i for i, ln in enumerate(lines) if '"key": "eval_error"' in ln)
+        record = json.loads(lines[at][len(":::MLLOG "):])
+        record["value"] = "abc"
+        return [*lines[:at], ":::MLLOG " + json.dumps(record), *lines[at + 1:]]
+
+    verdict = check_log(_variant(good_log, tmp_path, "text_metric", text_metric))
+    assert not verdict.ok and len(verdict.problems) == 1, verdict.problems
+    line = verdict.line()
+    assert "the checker crashed on this log: TypeError: " in line and "Traceback" not in line
+    assert "'str'" in line, line
+
+
+@pytest.mark.parametrize("content", [b"", b"hello\nworld\n", bytes(range(256))])
+def test_a_file_that_is_no_log_is_one_line(tmp_path: Path, content: bytes,
+                                           capsys: pytest.CaptureFixture) -> None:
+    """Not a checker FAIL about a missing submission_org: the same one-line refusal as
+    score and report, exit 2."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(SciperfError, match="is not an MLLOG result file"):
+        check_log(path)
+    assert cli.main(["check", str(path)]) == 2
+    assert "is not an MLLOG result file" in capsys.readouterr().err
+
+
 def test_check_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SciperfError, match="no such MLLOG file"):
         check_log(tmp_path / "nothing.txt")
