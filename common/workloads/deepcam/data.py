@@ -9,9 +9,10 @@
   (float32, H×W×16, raw values) beside ``<name>.label.npy`` (uint8, H×W), read with one
   memcpy each; normalised with the same ``stats.h5``.
 
-Every read checks the values: data finite (one vectorised ``np.isfinite`` over what the
-read holds; npy: piece by piece as it arrives, ``sciperf.data.npy.load_checked``), labels
-in {0, 1, 2}, stats.h5 finite — a NaN would otherwise train at `loss nan` naming no file.
+Every read checks the values: data of a numeric dtype and finite (one vectorised
+``np.isfinite`` over what the read holds; npy: piece by piece as it arrives,
+``sciperf.data.npy.load_checked``), labels in {0, 1, 2}, stats.h5 numeric and finite — a
+NaN would otherwise train at `loss nan` naming no file.
 
 Samples are min-max normalised per channel as the reference does,
 x' = (x − minval) · (1 / (maxval − minval)) in float32, and stay channels-last (HWC);
@@ -47,6 +48,7 @@ split_dir, list_samples, _check_format = LAYOUT.split_dir, LAYOUT.list_samples, 
 STATS_FILE = "stats.h5"
 DATA_KEY, LABEL_KEY = "climate/data", "climate/labels_0"
 STATS_KEYS = ("minval", "maxval", "mean", "sqmean", "count")
+NUMERIC_KINDS = "iuf"  # numpy dtype kinds read as numbers (not bool, complex, text, records)
 
 
 # --- normalisation statistics --------------------------------------------------------------
@@ -63,9 +65,10 @@ def read_stats(path: str | Path) -> dict[str, np.ndarray]:
                            "(`sciperf prepare` computes them over the train split)")
     try:
         with h5py.File(path, "r") as fh:
-            out = {k: np.asarray(fh[f"climate/{k}"][...], np.float64) for k in STATS_KEYS}
-    except (OSError, KeyError) as exc:
+            raw = {k: fh[f"climate/{k}"][...] for k in STATS_KEYS}
+    except (OSError, KeyError, ValueError) as exc:
         raise SciperfError(f"cannot read statistics {path}: {_reason(exc)}") from exc
+    out = {k: _stats_array(path, k, value) for k, value in raw.items()}
     for key in ("minval", "maxval"):
         if out[key].shape != (spec.SAMPLE_SHAPE[2],):
             raise SciperfError(f"{path}: climate/{key} has shape {out[key].shape}, "
@@ -75,6 +78,17 @@ def read_stats(path: str | Path) -> dict[str, np.ndarray]:
         raise SciperfError(f"{path}: {problem}; recompute it with `sciperf prepare "
                            "workload=deepcam data.source=stats`")
     return out
+
+
+def _stats_array(path: Path, key: str, value: object) -> np.ndarray:
+    """One statistic as float64; a dataset of strings or bytes (a foreign or hand-edited
+    file) is one line naming the file and dataset, not numpy's "could not convert"."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in NUMERIC_KINDS:
+        raise SciperfError(f"{path}: climate/{key} has dtype {arr.dtype}, which is not "
+                           "numeric; recompute it with `sciperf prepare workload=deepcam "
+                           "data.source=stats`")
+    return arr.astype(np.float64)
 
 
 def _non_finite_stats(stats: dict[str, np.ndarray]) -> str | None:
@@ -253,6 +267,7 @@ def read_raw(path: Path, fmt: str,
         (x, y), checked = _read_hdf5(path), False
     else:
         (x, checked), y = _load_npy_data(path), _load_npy(labels, "label")
+    _check_numeric(path, x)
     if x.ndim != 3 or y.shape != x.shape[:2]:
         raise SciperfError(f"{path}: data {x.shape} and labels {y.shape} do not fit "
                            "(expected (H, W, C) data and (H, W) labels)")
@@ -266,9 +281,18 @@ def read_raw(path: Path, fmt: str,
     return x32, _labels(labels, y)
 
 
+def _check_numeric(path: Path, x: np.ndarray) -> None:
+    """One line naming the file for data that is not numbers (strings, bytes): the float32
+    cast would fail with numpy's "could not convert string to float", naming no file, or
+    silently turn text such as "1" into values."""
+    if x.dtype.kind not in NUMERIC_KINDS:
+        raise SciperfError(f"{path}: data dtype {x.dtype} is not numeric (the climate "
+                           "fields must be float32 numbers)")
+
+
 def _finite(x: np.ndarray) -> bool:
-    """Whether `x` holds no NaN/Inf (integers always pass; other dtypes fail the float32
-    conversion instead)."""
+    """Whether `x` holds no NaN/Inf (integers always pass; non-numeric dtypes are refused
+    after the read by `_check_numeric`)."""
     return x.dtype.kind not in "fc" or bool(np.isfinite(x).all())
 
 

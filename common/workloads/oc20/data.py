@@ -15,9 +15,10 @@ container's files (docs/architecture.md, "The workload contract").
   structure is a slice and a batch a concatenation — no Python loop per atom or edge.
 
 Every structure is checked as it is read (the reader touches every byte anyway): fields
-present with consistent shapes, finite positions/forces/cell, at least one free atom, edge
-indices in range, every edge within the model's cutoff (the reference's unmasked envelope
-is only right inside it). A failure is one line naming the file and the key.
+present with numeric dtypes and consistent shapes, finite positions/forces/cell, at least
+one free atom, edge indices in range, every edge within the model's cutoff (the
+reference's unmasked envelope is only right inside it). A failure is one line naming the
+file and the key.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ SHARD_ARRAYS: dict[str, tuple[str, str]] = {
 }
 REFERENCE_FIELDS = ("pos", "cell", "atomic_numbers", "natoms", "edge_index", "cell_offsets",
                     "y", "force", "fixed", "tags", "sid", "fid")
+NUMERIC_KINDS = "biuf"  # numpy dtype kinds of numbers (not complex, text, records)
 CUTOFF_SLACK = 1e-4  # Å: float32 positions of an edge found at exactly the cutoff
 
 
@@ -196,12 +198,25 @@ def _lmdb_get(env: Any, key: bytes, path: Path) -> bytes | None:
         raise SciperfError(f"{path} key {key.decode()}: corrupt LMDB file ({exc})") from None
 
 
+def _check_shard_dtype(path: Path, dtype: np.dtype, want: str) -> None:
+    """One line naming the array file whose dtype cannot hold its values: text would fail
+    later in numpy ufuncs naming no file, floats cannot index atoms or edges. Other widths
+    of the right kind (float64 positions, int64 counts) are read as they are."""
+    integral = np.dtype(want).kind in "iu"
+    if dtype.kind not in ("biu" if integral else NUMERIC_KINDS):
+        what = "an integer" if integral else "a numeric"
+        raise SciperfError(f"{path}: dtype {dtype} is not {what} type (the shard format "
+                           f"stores {want})")
+
+
 class _Shard:
     """An open npy shard: memory-mapped arrays and the structure → atom/edge offsets."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.arrays = {name: _mapped(folder / f"{name}.npy") for name in SHARD_ARRAYS}
+        for name, arr in self.arrays.items():
+            _check_shard_dtype(folder / f"{name}.npy", arr.dtype, SHARD_ARRAYS[name][0])
         counts = {"structure": len(self.arrays["natoms"])}
         self.atom_ptr = np.r_[0, np.cumsum(self.arrays["natoms"], dtype=np.int64)]
         self.edge_ptr = np.r_[0, np.cumsum(self.arrays["nedges"], dtype=np.int64)]
@@ -272,6 +287,9 @@ def check_structure(s: Mapping[str, Any], source: str, cutoff: float) -> None:
         if tuple(s[key].shape) != want:
             raise SciperfError(f"{source}: {key} has shape {tuple(s[key].shape)}, expected "
                                f"{want} for {n} atoms and {max(e, 0)} edges")
+    for key in (*shapes, "atomic_numbers"):  # text in a record: one line, not a numpy error
+        if s[key].dtype.kind not in NUMERIC_KINDS:
+            raise SciperfError(f"{source}: {key} has dtype {s[key].dtype}, which is not numeric")
     if "natoms" in s and int(s["natoms"]) != n:
         raise SciperfError(f"{source}: natoms={s['natoms']} but {n} atoms")
     for key in ("pos", "force", "cell"):
