@@ -110,15 +110,46 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def error_message(text: str) -> str:
-    """One line for a DALI failure: the assertion or error line, not DALI's traceback."""
+    """One line for a DALI failure: the assertion or error line, not DALI's traceback
+    (nor a line that only announces what follows, "Critical error in pipeline:")."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in lines:
         if ln.startswith("Assert on") and "failed: " in ln:
             return f"DALI input pipeline failed: {ln.split('failed: ', 1)[1]}"
     for ln in lines:
-        if ln.startswith(("Error", "Critical")) or "Error:" in ln:
+        if (ln.startswith(("Error", "Critical")) or "Error:" in ln) and not ln.endswith(":"):
             return f"DALI input pipeline failed: {ln}"
     return f"DALI input pipeline failed: {lines[0] if lines else 'unknown error'}"
+
+
+def failure(p: DaliPlan, text: str) -> str:
+    """The one line for a failed pipeline of plan `p`: :func:`error_message`, led by the
+    sample file at fault when DALI's words name none (a batch of unequal shapes, a dtype
+    its reader refuses: DALI reports the batch, not the file). Found by checking every
+    file's npy headers against the plan — only on this failure path."""
+    names = {str(f) for f in p.files}
+    for line in text.splitlines():  # DALI's own line about a file ("… File: PATH")
+        if any(name in line for name in names) and "Assert on" not in line:
+            return f"DALI input pipeline failed: {line.strip()}"
+    message = error_message(text)
+    if any(name in text for name in names):
+        return message
+    culprit = _first_bad_file(p)
+    return f"{culprit} ({message})" if culprit else message
+
+
+def _first_bad_file(p: DaliPlan) -> str | None:
+    """What is wrong with the first of `p`'s sample pairs whose headers do not match the
+    plan (its dtype and shape), or None."""
+    form = sample_format(p.workload)
+    for path in p.files:
+        try:
+            _header_shape(path, form.x_dtype, ndim=form.ndim, shape=p.sample_shape)
+            _header_shape(form.label_path(path), form.label_dtype,
+                          shape=p.label_shape)
+        except SciperfError as exc:
+            return str(exc)
+    return None
 
 
 def default_threads() -> int:

@@ -56,13 +56,13 @@ class DaliLoader:
                                          reader_name=dali_spec.READER,
                                          last_batch_policy=LastBatchPolicy.FILL)
         except RuntimeError as exc:
-            raise SciperfError(dali_spec.error_message(str(exc))) from None
+            raise SciperfError(dali_spec.failure(self.plan, str(exc))) from None
         try:
             for size in self.plan.sizes:
                 try:
                     out = next(loader)[0]
                 except (RuntimeError, StopIteration) as exc:
-                    raise SciperfError(dali_spec.error_message(str(exc))) from None
+                    raise SciperfError(dali_spec.failure(self.plan, str(exc))) from None
                 yield channels_first(out["x"][:size]), labels(out["y"][:size])
         finally:
             del loader, pipe

@@ -57,8 +57,8 @@ class DaliLoader:
                     x, y = x[:size], y[:size]
                 yield x, labels(y)
         except (tf.errors.OpError, RuntimeError) as exc:
-            raise SciperfError(dali_spec.error_message(
-                getattr(exc, "message", None) or str(exc))) from None
+            raise SciperfError(dali_spec.failure(
+                self.plan, getattr(exc, "message", None) or str(exc))) from None
 
     def _iterator(self, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """An iterator over the DALIDataset of one epoch's pipeline, both made on the

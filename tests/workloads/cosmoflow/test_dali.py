@@ -274,6 +274,30 @@ def test_pytorch_corrupt_file_is_a_sciperf_error(torch_dali, files, tmp_path) ->
     assert "\n" not in str(info.value)
 
 
+@needs_dali
+@pytest.mark.parametrize("case", ["shape", "text-dtype"])
+def test_pytorch_a_bad_sample_dali_names_no_file_for_is_named(torch_dali, files, tmp_path,
+                                                              case: str) -> None:
+    """DALI reports a batch of unequal shapes without the file, and a dtype its reader
+    refuses below two lines that say nothing: either way the line names the file (headers
+    checked against the plan on failure; DALI's own line about the file)."""
+    bad_files = _copy_with_truncated(files[:8], tmp_path, bad=-1)
+    victim = bad_files[5]
+    x = np.zeros((SIZE, SIZE, SIZE // 2, 4), np.int16) if case == "shape" else \
+        np.full(SHAPE, "a", dtype="<U1")
+    np.save(victim, x)
+    loader = torch_dali.make_dali_loader(bad_files, BATCH, 0, False)
+    with pytest.raises(SciperfError, match="DALI input pipeline failed") as info:
+        list(loader.epoch(0))
+    line = str(info.value)
+    if case == "shape":  # DALI: "The batch must be representable as a tensor…", no file
+        assert line.startswith(f"{victim}: expected int16 {SHAPE}, found "), line
+    else:  # DALI's own line names it, below two "Critical error in pipeline:" lines
+        assert line.startswith("DALI input pipeline failed: ") and "U1" in line, line
+        assert line.endswith(str(victim)), line
+    assert "\n" not in line
+
+
 def _copy_with_truncated(files: list[Path], folder: Path, bad: int) -> list[Path]:
     """Copies of `files` (data + label) where data file `bad` is cut in half."""
     out = []
