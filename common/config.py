@@ -11,7 +11,9 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -202,8 +204,100 @@ def compose(overrides: list[str]) -> DictConfig:
         OmegaConf.resolve(cfg)
     except Exception as exc:  # Hydra/OmegaConf raise many types; all are user errors here
         raise SciperfError(_one_line(exc)) from exc
+    _check_edits(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+_ABSENT = object()  # OmegaConf.select's default: tells a deleted key from a null one
+OPEN_SECTIONS = ("launcher", "container")  # keys come from the chosen group option's YAML
+
+
+def _check_edits(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """`~key` and `+key` get past the schema's struct mode: Hydra deletes a key every run
+    needs (a KeyError deep in `validate` or a backend) or adds one no code reads (a typo
+    silently ignored). Refuse both here, in one line naming the key."""
+    for override in overrides:
+        edit = _edit(override)
+        if edit is None:
+            continue
+        op, key = edit
+        if op == "~":
+            _check_deletion(cfg, key)
+        else:
+            _check_addition(cfg, key)
+
+
+def _edit(override: str) -> tuple[str, str] | None:
+    """('~' or '+', dotted key) of a deletion or addition (`++` too: it adds when the key
+    is absent); None for a plain `key=value`, a config group (`+group=option` picks a
+    config, it adds no key) or Hydra's own `hydra.` keys (dropped from the run config)."""
+    if not override.startswith(("~", "+")):
+        return None
+    key = override.lstrip("+~").split("=", 1)[0].split("@", 1)[0].strip()
+    if key.split(".", 1)[0] == "hydra" or _is_group(key):
+        return None
+    return override[0], key
+
+
+def _is_group(key: str) -> bool:
+    """`key` names a config group: a folder of configs/ or the spec-generated `workload`."""
+    return "." not in key and (key == "workload" or (config_dir() / key).is_dir())
+
+
+def _check_deletion(cfg: DictConfig, key: str) -> None:
+    """`~key` may drop an optional key (a launcher's, a container's: they have defaults in
+    code) but not one the schema declares — unless it is still there (`~system` drops the
+    group's YAML, the schema's defaults stay)."""
+    section, _, leaf = key.rpartition(".")
+    known = _schema_keys(cfg, section)
+    if known is None or leaf not in known:
+        return
+    if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+        raise SciperfError(f"cannot delete {key}: a required key of the run config (override "
+                           "its value instead; `sciperf show` prints all keys)")
+
+
+def _check_addition(cfg: DictConfig, key: str) -> None:
+    """`+key` may only add what the schema (or the chosen launcher/container config)
+    declares; the first unknown part of the dotted key is named with the valid keys."""
+    parts = key.split(".")
+    for depth in range(min(len(parts), 2)):
+        section = ".".join(parts[:depth])
+        known = _schema_keys(cfg, section)
+        if known is None:
+            return
+        if parts[depth] not in known:
+            name = ".".join(parts[:depth + 1])
+            raise SciperfError(f"unknown key {name} (`+` adds only keys the schema declares); "
+                               f"valid keys: {', '.join(sorted(known))}")
+
+
+def _schema_keys(cfg: DictConfig, section: str) -> set[str] | None:
+    """Keys the schema declares at `section` ('' for the root), or None where it declares
+    none (a scalar, or a launcher/container whose config file is not found)."""
+    if not section:
+        return {f.name for f in fields(RootConfig)}
+    if section in OPEN_SECTIONS:
+        return _option_keys(cfg, section)
+    workload = get(cfg.workload)
+    specs = {"model": workload.model, "opt": workload.optimizer, "data": workload.data,
+             "train": workload.train}
+    keys: set[str] = set()
+    for cls in (get_type_hints(RootConfig).get(section), specs.get(section)):
+        if is_dataclass(cls):
+            keys |= {f.name for f in fields(cls)}
+    return keys or None
+
+
+def _option_keys(cfg: DictConfig, group: str) -> set[str] | None:
+    """The keys configs/<group>/<name>.yaml declares: what that launcher or container reads
+    (the schema types these sections as open dicts)."""
+    name = OmegaConf.select(cfg, f"{group}.name", default=None)
+    path = config_dir() / group / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        return None
+    return {str(k) for k in OmegaConf.load(path)} - {"defaults"}
 
 
 def _one_line(exc: Exception) -> str:
@@ -243,6 +337,10 @@ def validate(cfg: DictConfig) -> None:
         raise SciperfError(f"data.loader=dali: {workload.name} has no DALI pipeline (its "
                            "samples are not fixed-size arrays); use data.loader=native")
     _check_run_keys(cfg)
+    _check_dirs(cfg)
+    for key in PEAKS:
+        check_peak(key, OmegaConf.select(cfg, key))
+    check_time_limit(cfg.time_limit)
     check_port("launcher.master_port", OmegaConf.select(cfg, "launcher.master_port"))
     try:  # the workload's own ranges, now rather than after run_start in the backend
         workload.check_config(cfg)
@@ -349,6 +447,54 @@ def _check_run_keys(cfg: DictConfig) -> None:
     if cfg.train.resume not in ("", "auto"):
         raise SciperfError(f"train.resume={cfg.train.resume} is not one of auto, '' (start "
                            "anew)")
+    if (timeout := cfg.distributed.timeout_s) <= 0:
+        raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 seconds (how long a "
+                           "lost or hung peer may take before the job ends)")
+
+
+def _check_dirs(cfg: DictConfig) -> None:
+    """An empty `output_dir=` / `data.dir=` (an unset shell variable: `output_dir=$OUT`)
+    would put records or a dataset into the current directory. Both default to a path, so
+    an empty one was given on purpose or by mistake, never needed by a verb."""
+    for key in ("output_dir", "data.dir"):
+        value = OmegaConf.select(cfg, key)
+        if not str(value).strip():
+            raise SciperfError(f"{key} is empty ({key}={value!r}): name a directory (an unset "
+                               "shell variable?); it would write into the current directory")
+
+
+PEAKS = ("system.peak_flops", "system.peak_io_bw")  # per node; `sciperf characterize`
+
+
+def check_peak(key: str, value: Any) -> float | None:
+    """A roofline ceiling (FLOP/s or bytes/s per node): a finite number > 0, or None when
+    unset. A negative one printed a negative "% of peak", NaN a bare NaN in
+    characterize.json (not JSON). `sciperf characterize` calls it again for the peaks a
+    run's summary recorded."""
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value <= 0):
+        raise SciperfError(f"{key}={_plain(value)} must be a finite number > 0 (per node; "
+                           "null: no ceiling)")
+    return float(value)
+
+
+# sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; 0, UNLIMITED or
+# INFINITE: no limit
+SLURM_TIME = re.compile(r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIMITED|INFINITE",
+                        re.IGNORECASE)
+
+
+def check_time_limit(value: Any, key: str = "time_limit") -> str:
+    """`sbatch --time` as Slurm parses it, checked at composition so a typo fails here
+    rather than at submission after the script was written; `sciperf launch` calls it
+    again for configs built in code."""
+    text = str(value)
+    if isinstance(value, bool) or not SLURM_TIME.fullmatch(text):
+        raise SciperfError(f"{key}={text} is not a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, "
+                           "D-HH:MM or D-HH:MM:SS (e.g. 90, 01:00:00, 2-00:00:00; UNLIMITED: none)")
+    return text
 
 
 def check_port(key: str, value: Any) -> int | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sciperf.config import config_dir
+from sciperf.config import check_time_limit, config_dir
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 
@@ -238,7 +238,9 @@ def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
         lines.append(f"--gpus-per-node={alloc.gpus_per_node}")
     if cpus_per_task:
         lines.append(f"--cpus-per-task={cpus_per_task}")
-    lines.append(f"--time={OmegaConf.select(cfg, 'time_limit', default='01:00:00')}")
+    # checked at composition too; again here for configs built in code
+    limit = check_time_limit(OmegaConf.select(cfg, "time_limit", default="01:00:00"))
+    lines.append(f"--time={limit}")
     for key in ("account", "partition", "qos", "constraint"):
         if system.get(key):
             lines.append(f"--{key}={system[key]}")

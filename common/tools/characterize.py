@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.config import check_peak
 from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
@@ -232,8 +233,9 @@ def measured(result: dict[str, Any], run: dict[str, Any], cfg: Any) -> dict[str,
     nodes = int(run.get("nodes_used") or 1)
     flops = result["flops_per_sample"]["train"] * rate
     io = result["bytes_per_sample"] * rate
-    peak_flops = cfg.system.get("peak_flops")
-    peak_bw = cfg.system.get("peak_io_bw")
+    # the command line's peaks were checked at composition; a run's recorded ones here
+    peak_flops = check_peak("system.peak_flops", cfg.system.get("peak_flops"))
+    peak_bw = check_peak("system.peak_io_bw", cfg.system.get("peak_io_bw"))
     return {
         "run_samples_per_s": rate, "nodes": nodes, "precision": run.get("precision"),
         "achieved_flops": flops, "achieved_io_bytes_per_s": io,

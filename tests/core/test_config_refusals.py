@@ -1,0 +1,136 @@
+"""Overrides the schema's types let through but no run can use: one line naming the key.
+
+docs/architecture.md, rule 10. Hydra's `~key` deletes a key every run needs (it used to
+end in a ConfigKeyError traceback inside `validate`) and `+key` adds a key no code reads
+(a typo silently ignored); a zero or negative `distributed.timeout_s` crashed deep in
+torch.distributed; an empty `output_dir=` / `data.dir=` (an unset shell variable) wrote
+into the current directory; a negative or NaN roofline peak printed a negative "% of
+peak" and wrote bare NaN (invalid JSON) into characterize.json. All in-process through
+`compose()`, except one case through the real console script.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from sciperf.config import compose
+from sciperf.errors import SciperfError
+
+BASE = ["workload=cosmoflow", "experiment=mini"]
+
+
+def _refused(*overrides: str) -> str:
+    """The one-line message `compose` refuses `overrides` with."""
+    with pytest.raises(SciperfError) as info:
+        compose([*BASE, *overrides])
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+# --- ~key: deleting what every run needs ------------------------------------------------
+
+@pytest.mark.parametrize("key", [
+    "train", "model", "opt", "data", "seed", "output_dir", "time_limit", "train.max_epochs",
+    "train.global_batch_size", "data.dir", "model.dropout", "opt.base_lr",
+])
+def test_deleting_a_required_key_is_one_line(key: str) -> None:
+    message = _refused(f"~{key}")
+    assert message.startswith(f"cannot delete {key}:"), message
+    assert "required" in message
+
+
+def test_deleting_a_launcher_group_still_composes() -> None:
+    """`~launcher` drops the group: the launcher layer falls back to the local launcher."""
+    assert dict(compose([*BASE, "~launcher"]).launcher) == {}
+
+
+# --- +key: adding what the schema does not know -----------------------------------------
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("+foo=1", "foo"),
+    ("++foo=1", "foo"),
+    ("+trian.max_epochs=1", "trian"),
+    ("+framework.threadz=4", "framework.threadz"),
+    ("+distributed.timeout=4", "distributed.timeout"),
+    ("+system.peak_flop=1e15", "system.peak_flop"),
+    ("+mllog.rules=3.0.0", "mllog.rules"),
+    ("+framework.threadz.x=4", "framework.threadz"),
+    ("+launcher.nproc=2", "launcher.nproc"),
+    ("+container.imag=x.sif", "container.imag"),
+])
+def test_adding_an_unknown_key_is_one_line(override: str, key: str) -> None:
+    message = _refused(override)
+    assert message.startswith(f"unknown key {key} "), message
+    assert "valid keys:" in message
+
+
+def test_unknown_launcher_key_is_checked_against_the_chosen_launcher() -> None:
+    message = _refused("launcher=srun", "+launcher.requeu=true")
+    assert "launcher.requeu " in message and "requeue" in message, message
+
+
+@pytest.mark.parametrize("overrides", [
+    ["++seed=3"],  # ++ on a known key only sets it
+    ["++framework.threads=2"],
+    ["+workload_experiment=cosmoflow_mini"],  # a config group, not a key
+])
+def test_additions_the_schema_knows_still_compose(overrides: list[str]) -> None:
+    compose([*BASE, *overrides])
+
+
+# --- values ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["0", "-1", "-45"])
+def test_distributed_timeout_must_be_positive(value: str) -> None:
+    message = _refused(f"distributed.timeout_s={value}")
+    assert f"distributed.timeout_s={value}" in message and "> 0" in message, message
+
+
+def test_distributed_timeout_of_one_second_composes() -> None:
+    assert compose([*BASE, "distributed.timeout_s=1"]).distributed.timeout_s == 1
+
+
+@pytest.mark.parametrize("key", ["output_dir", "data.dir"])
+@pytest.mark.parametrize("value", ["", "' '", "'\t'"])
+def test_empty_directories_are_refused(key: str, value: str) -> None:
+    message = _refused(f"{key}={value}")
+    assert message.startswith(f"{key} is empty"), message
+
+
+@pytest.mark.parametrize("key", ["system.peak_flops", "system.peak_io_bw"])
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "-inf"])
+def test_roofline_peaks_must_be_finite_and_positive(key: str, value: str) -> None:
+    message = _refused(f"{key}={value}")
+    assert message.startswith(f"{key}=") and "finite number > 0" in message, message
+
+
+def test_roofline_peaks_compose_when_positive_or_null() -> None:
+    cfg = compose([*BASE, "system.peak_flops=1.5e15", "system.peak_io_bw=null"])
+    assert cfg.system.peak_flops == 1.5e15 and cfg.system.peak_io_bw is None
+
+
+def test_characterize_refuses_a_bad_peak_recorded_in_a_run() -> None:
+    """A run's summary carries its own config: a peak recorded before the check existed."""
+    from sciperf.tools.characterize import measured
+    cfg = OmegaConf.create({"system": {"peak_flops": float("nan"), "peak_io_bw": 1e9}})
+    result = {"flops_per_sample": {"train": 1e9}, "bytes_per_sample": 1e6}
+    with pytest.raises(SciperfError, match=r"^system\.peak_flops=nan must be a finite"):
+        measured(result, {"samples_per_s": 10.0, "nodes_used": 1}, cfg)
+
+
+# --- the console script -----------------------------------------------------------------
+
+def test_cli_deletion_is_one_line_exit_2(sciperf_cmd: list[str], tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
+    proc = subprocess.run([*sciperf_cmd, "show", "workload=cosmoflow", "~train"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout and proc.stdout == ""
+    assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith("sciperf show: error: cannot delete train:")
