@@ -450,6 +450,25 @@ def _check_run_keys(cfg: DictConfig) -> None:
     if (timeout := cfg.distributed.timeout_s) <= 0:
         raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 seconds (how long a "
                            "lost or hung peer may take before the job ends)")
+    for key, (least, why) in MINIMUMS.items():
+        if (value := OmegaConf.select(cfg, key)) < least:
+            raise SciperfError(f"{key}={value} must be at least {least} ({why})")
+
+
+# Counts of the schema whose nonsense values a consumer would otherwise clamp or ignore in
+# silence (a loader's max(workers, 1), a node count rendered into an srun line): key →
+# (least value, what the key is).
+MINIMUMS: dict[str, tuple[int, str]] = {
+    "data.workers": (1, "reader threads per rank"),
+    "data.prefetch": (1, "batches read ahead"),
+    "data.prepare_workers": (1, "threads per rank in `sciperf prepare`"),
+    "data.stage_workers": (1, "concurrent copies per rank"),
+    "train.log_every": (0, "steps between progress lines; 0: per epoch only"),
+    "nodes": (1, "nodes `sciperf launch` requests"),
+    "system.nodes": (1, "nodes the system has"),
+    "system.accelerators_per_node": (0, "0: a CPU system"),
+    "system.cpus_per_node": (0, "0: unknown"),
+}
 
 
 def _check_dirs(cfg: DictConfig) -> None:

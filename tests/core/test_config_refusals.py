@@ -96,6 +96,25 @@ def test_distributed_timeout_of_one_second_composes() -> None:
     assert compose([*BASE, "distributed.timeout_s=1"]).distributed.timeout_s == 1
 
 
+@pytest.mark.parametrize(("key", "value"), [
+    ("data.workers", -2), ("data.workers", 0), ("data.prefetch", 0), ("data.prefetch", -1),
+    ("data.prepare_workers", 0), ("data.stage_workers", 0), ("train.log_every", -1),
+    ("nodes", 0), ("system.nodes", 0), ("system.accelerators_per_node", -1),
+    ("system.cpus_per_node", -4),
+])
+def test_counts_below_their_least_value_are_refused(key: str, value: int) -> None:
+    """Not clamped in silence by the loader (max(workers, 1)) or rendered into an srun
+    line (system.nodes=0)."""
+    message = _refused(f"{key}={value}")
+    assert message.startswith(f"{key}={value} must be at least "), message
+
+
+def test_counts_at_their_least_value_compose() -> None:
+    from sciperf.config import MINIMUMS
+    cfg = compose([*BASE, *(f"{key}={least}" for key, (least, _) in MINIMUMS.items())])
+    assert all(OmegaConf.select(cfg, key) == least for key, (least, _) in MINIMUMS.items())
+
+
 @pytest.mark.parametrize("key", ["output_dir", "data.dir"])
 @pytest.mark.parametrize("value", ["", "' '", "'\t'"])
 def test_empty_directories_are_refused(key: str, value: str) -> None:
