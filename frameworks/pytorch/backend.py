@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import pickle
+import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
@@ -332,15 +333,46 @@ class WorkloadBackend(FrameworkBackend):
         """Restore ``state.pt`` strictly (every name and shape), read with
         ``weights_only=True``: a checkpoint file never runs code."""
         path = folder / STATE_FILE
+        state = load_weights_only(path, str(path), map_location=self.device)
         try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
             model, optimizer = self.state_keys
             self.model.load_state_dict(state[model])
             self.optimizer.load_state_dict(state[optimizer])
             self.micro_step, self.opt_step = int(state["micro_step"]), int(state["opt_step"])
             torch.set_rng_state(state["torch_rng"])
             self.load_extra_state(state.get("extra", {}))
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError,
-                pickle.UnpicklingError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SciperfError(f"{path}: not a checkpoint of this model ({first})") from None
+        except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+            raise SciperfError(f"{path}: not a checkpoint of this model ({first_line(exc)})"
+                               ) from None
+
+
+# torch's refusal names the global (``GLOBAL posix.system``) or the pickle opcode it stopped at
+_REFUSAL = re.compile(r"GLOBAL ([\w.]+)|Unsupported operand (\d+)")
+
+
+def load_weights_only(path: str | Path, key: str, map_location: Any = "cpu") -> Any:
+    """``torch.load(weights_only=True)`` of `path`, every failure one line led by `key`:
+    torch's own message is a paragraph that ends advising to load the file with
+    ``weights_only=False`` — the unsafe load this project never makes — so only its reason
+    stays (a refused global named: nothing in the file was run)."""
+    try:
+        with warnings.catch_warnings():  # a plain pickle makes torch warn before refusing
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise SciperfError(f"{key}: no such file") from None
+    except Exception as exc:  # noqa: BLE001 (a damaged file raises many types; one meaning)
+        found = _REFUSAL.search(str(exc))
+        if found and found.group(1):
+            raise SciperfError(f"{key}: refused, it names GLOBAL {found.group(1)}, which "
+                               "torch's weights_only loader does not allow (nothing in the "
+                               "file was run)") from None
+        reason = f"unsupported pickle opcode {found.group(2)}" if found else first_line(exc)
+        raise SciperfError(f"{key}: not a checkpoint torch loads with weights_only=True "
+                           f"({reason})") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's text (at most 200 characters)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]

@@ -20,8 +20,6 @@ What is OpenFold's own (spec/openfold.md §3–6):
 from __future__ import annotations
 
 import copy
-import re
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import sampler
 from sciperf.workloads.openfold.features import seed_from_string
 from sciperf.workloads.openfold.sizes import ModelSpec
-from sciperf_pytorch.backend import WorkloadBackend
+from sciperf_pytorch.backend import WorkloadBackend, first_line, load_weights_only
 from sciperf_pytorch.workloads.openfold import loss as of_loss
 from sciperf_pytorch.workloads.openfold.model import AlphaFold
 
@@ -51,7 +49,7 @@ def load_reference_checkpoint(path: str | Path, model: nn.Module,
     dict. Read with ``weights_only=True``, so the file never runs code; any disagreement is
     one line naming the file and the first mismatching parameter."""
     key = f"train.init_checkpoint={path}"
-    state = _load_weights_only(path, key)
+    state = load_weights_only(path, key)
     if not isinstance(state, Mapping):
         raise SciperfError(f"{key}: holds a {type(state).__name__}, not a state dict")
     weights = state.get("alphafold_state_dict", state)
@@ -62,35 +60,6 @@ def load_reference_checkpoint(path: str | Path, model: nn.Module,
     model.load_state_dict(weights, strict=True)
     if optimizer is not None and weights is not state and "optimizer_state_dict" in state:
         _load_optimizer_state(key, state["optimizer_state_dict"], optimizer, model)
-
-
-# torch's refusal names the global (``GLOBAL posix.system``) or the pickle opcode it stopped at
-_REFUSAL = re.compile(r"GLOBAL ([\w.]+)|Unsupported operand (\d+)")
-
-
-def _load_weights_only(path: str | Path, key: str) -> Any:
-    """``torch.load(weights_only=True)`` of `path`, every failure one line: torch's own
-    message is a paragraph of advice to load the file unsafely, so only its reason stays."""
-    try:
-        with warnings.catch_warnings():  # a plain pickle makes torch warn before refusing
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise SciperfError(f"{key}: no such file") from None
-    except Exception as exc:  # noqa: BLE001 (a damaged file raises many types; one meaning)
-        found = _REFUSAL.search(str(exc))
-        if found and found.group(1):
-            raise SciperfError(f"{key}: refused, it names GLOBAL {found.group(1)}, which "
-                               "torch's weights_only loader does not allow (nothing in the "
-                               "file was run)") from None
-        reason = f"unsupported pickle opcode {found.group(2)}" if found else _first_line(exc)
-        raise SciperfError(f"{key}: not a checkpoint torch loads with weights_only=True "
-                           f"({reason})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:200]
 
 
 def _check_state_dict(key: str, weights: Mapping[str, Any], model: nn.Module) -> None:
@@ -136,7 +105,7 @@ def _load_optimizer_state(key: str, state: Any, optimizer: torch.optim.Optimizer
         optimizer.load_state_dict(state)
     except Exception as exc:  # noqa: BLE001 (torch raises Value/Key/Type errors here)
         raise SciperfError(f"{key}: its optimizer_state_dict does not fit this model's Adam "
-                           f"({_first_line(exc)})") from None
+                           f"({first_line(exc)})") from None
     names = {id(p): name for name, p in model.named_parameters()}
     for group in optimizer.param_groups:
         for p in group["params"]:
