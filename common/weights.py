@@ -184,6 +184,15 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
     return path
 
 
+def _npz_reason(exc: BaseException) -> str:
+    """numpy's reason, except its advice to load pickled data unsafely (`allow_pickle=`):
+    a weight file holds numeric arrays, and sciperf never unpickles one."""
+    if "allow_pickle" in str(exc):
+        return "it is not an .npz of numeric arrays (it holds pickled Python objects, " \
+               "which sciperf never loads)"
+    return str(exc)
+
+
 def load_npz(path: str | Path,
              expected_shapes: Mapping[str, tuple[int, ...]] | None = None,
              expected_entries: Mapping[str, tuple[int, ...]] | None = None,
@@ -200,7 +209,7 @@ def load_npz(path: str | Path,
     except FileNotFoundError as exc:
         raise SciperfError(f"weight file {path} does not exist") from exc
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise SciperfError(f"cannot read weight file {path}: {exc}") from exc
+        raise SciperfError(f"cannot read weight file {path}: {_npz_reason(exc)}") from exc
     for name in arrays:
         try:
             split_name(name)

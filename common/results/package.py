@@ -181,8 +181,11 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     """Write the submission tree for the run directories `targets` to `dest`."""
     if not targets:
         raise SciperfError("usage: sciperf package RUN_DIR [...] --system NAME [--out DIR]")
-    if not system or not NAME_RE.match(system):
-        raise SciperfError(f"--system {system or ''} is not a valid system name "
+    if not system:
+        raise SciperfError("--system NAME is required: the system the runs were made on "
+                           "(results/<system>/…, systems/<system>.json)")
+    if not NAME_RE.match(system):
+        raise SciperfError(f"--system {system} is not a valid system name "
                            "(letters, digits, '.', '_', '+', '-')")
     dest = Path(dest)
     if dest.exists():

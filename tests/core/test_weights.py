@@ -5,6 +5,9 @@ Framework-free (numpy only), so they run in any install of `common`.
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import numpy as np
 import pytest
 
@@ -69,6 +72,12 @@ def test_load_without_expectation_and_bad_files(tmp_path):
     junk.write_bytes(b"not a zip archive")
     with pytest.raises(SciperfError, match="cannot read weight file"):
         weights.load_npz(junk)
+    for name, content in {"random": os.urandom(3000), "pickle": pickle.dumps({"a": 1})}.items():
+        odd = tmp_path / f"{name}.npz"  # numpy takes both for pickles: no advice to unpickle
+        odd.write_bytes(content)
+        with pytest.raises(SciperfError, match="cannot read weight file") as info:
+            weights.load_npz(odd)
+        assert "allow_pickle" not in str(info.value) and "unsafe" not in str(info.value)
     foreign = tmp_path / "foreign.npz"
     np.savez(foreign, weight=np.ones(3))
     with pytest.raises(SciperfError, match="'weight' is not '<layer>/kernel'"):

@@ -127,6 +127,8 @@ def test_errors_name_the_problem_and_write_nothing(runs, tmp_path):
         ([str(tmp_path / "nope")], "x", "no such run directory"),
         ([str(tmp_path)], "x", "no summary.json in"),
         ([str(runs["strong"][0])], "bad/name", "is not a valid system name"),
+        ([str(runs["strong"][0])], None, "--system NAME is required"),
+        ([str(runs["strong"][0])], "", "--system NAME is required"),
     ]
     for targets, system, message in cases:
         with pytest.raises(SciperfError, match=message):
