@@ -184,6 +184,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 @verb("info", "versions of sciperf, the installed backends and the machine")
 def cmd_info(args: argparse.Namespace) -> int:
     from sciperf.info import info
+    if args.overrides:  # it takes none: a typo'd verb or a misplaced override, not ignored
+        raise SciperfError(f"sciperf info takes no arguments (got: {' '.join(args.overrides)})")
     print(json.dumps(info(), indent=2))
     return 0
 

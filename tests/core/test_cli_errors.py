@@ -112,6 +112,12 @@ def test_check_without_files_says_usage(sciperf_cmd, tmp_path) -> None:
     assert "usage" in line
 
 
+def test_info_refuses_arguments_it_would_ignore(sciperf_cmd, tmp_path) -> None:
+    """`sciperf info workload=deepcam` prints the same as `sciperf info`: said, not ignored."""
+    line = _one_error_line(_run(sciperf_cmd, ["info", "workload=deepcam"], tmp_path), "info")
+    assert "takes no arguments" in line and "workload=deepcam" in line
+
+
 def test_debug_shows_the_traceback(sciperf_cmd, tmp_path) -> None:
     """The one-line form is a choice, not lost information: --debug/SCIPERF_DEBUG=1 show it."""
     proc = _run(sciperf_cmd, ["show", "precision=fp16"], tmp_path, SCIPERF_DEBUG="1")
