@@ -143,45 +143,32 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_checkpoint_never_runs_code(sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
-    """A state.pt replaced by a pickle that runs a command (manifest updated to match, as
-    an attacker would): refused in one line, nothing run (torch.load weights_only)."""
+@pytest.mark.parametrize("content", ["command-pickle", "random-bytes"])
+def test_a_bad_state_file_is_one_line_and_never_runs(sciperf_cmd, tiny_mini_data,
+                                                     tmp_path: Path, content: str) -> None:
+    """A state.pt replaced by a pickle that runs a command, or by random bytes (manifest
+    updated to match, as an attacker would): refused in one short line, nothing run
+    (torch.load weights_only), and without torch's paragraph advising to load it with
+    weights_only=False — which this project never does."""
     out = tmp_path / "run"
     _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
     folder = checkpoint.folder(out) / "epoch_0001"
     marker = tmp_path / "pwned"
-    (folder / "state.pt").write_bytes(pickle.dumps(_Payload(marker)))
+    state = folder / "state.pt"
+    state.write_bytes(pickle.dumps(_Payload(marker)) if content == "command-pickle"
+                      else os.urandom(4096))
     manifest = json.loads((folder / "MANIFEST.json").read_text())
-    manifest["files"]["state.pt"] = {"bytes": (folder / "state.pt").stat().st_size,
-                                     "sha256": checkpoint._sha256(folder / "state.pt")}
+    manifest["files"]["state.pt"] = {"bytes": state.stat().st_size,
+                                     "sha256": checkpoint._sha256(state)}
     (folder / "MANIFEST.json").write_text(json.dumps(manifest))
     proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
     assert proc.returncode == 2, proc.stderr
     lines = _sciperf_lines(proc)
-    assert len(lines) == 1 and f"{folder / 'state.pt'}: not a checkpoint torch loads with " \
-        "weights_only=True (" in lines[0], lines
-    assert not marker.exists()
-
-
-def test_a_damaged_state_file_is_one_line_without_torch_advice(sciperf_cmd, tiny_mini_data,
-                                                               tmp_path: Path) -> None:
-    """Random bytes where state.pt was: torch's message is a paragraph ending in advice to
-    load with weights_only=False, which this project never does — only its reason stays."""
-    out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
-    folder = checkpoint.folder(out) / "epoch_0001"
-    (folder / "state.pt").write_bytes(os.urandom(4096))
-    manifest = json.loads((folder / "MANIFEST.json").read_text())
-    manifest["files"]["state.pt"] = {"bytes": 4096,
-                                     "sha256": checkpoint._sha256(folder / "state.pt")}
-    (folder / "MANIFEST.json").write_text(json.dumps(manifest))
-    proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
-    assert proc.returncode == 2, proc.stderr
-    lines = _sciperf_lines(proc)
-    assert len(lines) == 1 and f"{folder / 'state.pt'}: not a checkpoint torch loads with " \
+    assert len(lines) == 1 and f"{state}: not a checkpoint torch loads with " \
         "weights_only=True (" in lines[0], lines
     assert "weights_only=False" not in proc.stderr and "succeed" not in proc.stderr
     assert len(lines[0]) < 400, lines[0]
+    assert not marker.exists()
 
 
 def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
