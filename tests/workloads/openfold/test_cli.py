@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sciperf import output
 from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.workloads import get
@@ -315,7 +316,8 @@ def _chains_csv_header(root: Path, chain: str, tmp: Path) -> list[str]:
 
 
 # case → (damage to the chain a one-chain run trains on, whether training meets it only
-# after run_start: a chain's files are read when it is drawn)
+# after run_start: a chain's files are read when it is drawn; the others break the
+# dataset's listing, which is checked before the run writes any record)
 BAD_DATA: dict[str, tuple[Callable[[Path, str, Path], list[str]], bool]] = {
     "missing-shard": (_missing_shard, True),
     "truncated-shard": (_truncated_shard, True),
@@ -340,7 +342,10 @@ def test_bad_data_is_one_line_in_train_and_in_prepare_existing(
     words = damage(copy, _first(copy, "train"), tmp_path)  # listed before the damage
     out = tmp_path / "out"
     _one_line(_train(sciperf_cmd, copy, out), "train", *words)
-    _refused(out, started=mid_run)
+    if mid_run:
+        _refused(out, started=True)
+    else:  # refused before the claim: the corrected run may use the same output_dir
+        assert not out.exists() or output.run_records(out) == []
     _one_line(_existing(sciperf_cmd, copy), "prepare", *words)
     assert not (tmp_path / "pwned").exists()  # the malicious pickle ran nothing
 
