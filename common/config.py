@@ -280,14 +280,25 @@ def _schema_keys(cfg: DictConfig, section: str) -> set[str] | None:
         return {f.name for f in fields(RootConfig)}
     if section in OPEN_SECTIONS:
         return _option_keys(cfg, section)
-    workload = get(cfg.workload)
-    specs = {"model": workload.model, "opt": workload.optimizer, "data": workload.data,
-             "train": workload.train}
-    keys: set[str] = set()
-    for cls in (get_type_hints(RootConfig).get(section), specs.get(section)):
-        if is_dataclass(cls):
-            keys |= {f.name for f in fields(cls)}
-    return keys or None
+    if section in WORKLOAD_SECTIONS:
+        return _section_keys(get(cfg.workload), section)
+    cls = get_type_hints(RootConfig).get(section)
+    return {f.name for f in fields(cls)} if is_dataclass(cls) else None
+
+
+# sections the workload's spec types (its dataclass per section), with the schema's
+# shared keys where the run core reads some of its own (data.dir, train.target, …)
+WORKLOAD_SECTIONS = {"model": "model", "opt": "optimizer", "data": "data", "train": "train"}
+SHARED_SECTIONS = {"data": DataConfig, "train": TrainConfig}
+
+
+def _section_keys(workload: Any, section: str) -> set[str]:
+    """Keys of the workload section `section`: one answer for the unknown-key check of
+    `validate` and for what `+key` may add."""
+    keys = set(getattr(workload, WORKLOAD_SECTIONS[section]).__dataclass_fields__)
+    if section in SHARED_SECTIONS:
+        keys |= set(SHARED_SECTIONS[section].__dataclass_fields__)
+    return keys
 
 
 def _option_keys(cfg: DictConfig, group: str) -> set[str] | None:
@@ -352,12 +363,9 @@ def _check_sections(cfg: DictConfig, workload: Any) -> None:
     """`model.*`, `opt.*` and `data.*` keys exist in the workload's dataclasses and their
     values have the declared types: the sections are plain dicts to OmegaConf, so
     `model.dropout=abc` would otherwise reach a framework as a string."""
-    shared = {"data": DataConfig, "train": TrainConfig}
-    for section, cls in (("model", workload.model), ("opt", workload.optimizer),
-                         ("data", workload.data), ("train", workload.train)):
-        known = set(cls.__dataclass_fields__)
-        if section in shared:
-            known |= set(shared[section].__dataclass_fields__)
+    for section, attr in WORKLOAD_SECTIONS.items():
+        cls = getattr(workload, attr)
+        known = _section_keys(workload, section)
         unknown = set(cfg[section]) - known
         if unknown:
             valid = ", ".join(sorted(known))
