@@ -128,12 +128,11 @@ def failure(p: DaliPlan, text: str) -> str:
     its reader refuses: DALI reports the batch, not the file). Found by checking every
     file's npy headers against the plan — only on this failure path."""
     names = {str(f) for f in p.files}
-    for line in text.splitlines():  # DALI's own line about a file ("… File: PATH")
-        if any(name in line for name in names) and "Assert on" not in line:
-            return f"DALI input pipeline failed: {line.strip()}"
+    named = [ln.strip() for ln in text.splitlines() if any(n in ln for n in names)]
+    if named:  # an assertion's reason (error_message keeps it), else DALI's "… File: PATH"
+        return error_message(text) if "Assert on" in named[0] else \
+            f"DALI input pipeline failed: {named[0]}"
     message = error_message(text)
-    if any(name in text for name in names):
-        return message
     culprit = _first_bad_file(p)
     return f"{culprit} ({message})" if culprit else message
 
