@@ -420,6 +420,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# A year: every consumer takes it (Python's timedelta stops at 999,999,999 days, torch's
+# process-group timeout is int64 milliseconds; 10**14 s crashed a rank's setup in timedelta)
+TIMEOUT_MAX_S = 365 * 24 * 3600
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (np.random.seed) accepts 0 ≤ seed < 2**32
 
 
@@ -455,9 +458,10 @@ def _check_run_keys(cfg: DictConfig) -> None:
     if cfg.train.resume not in ("", "auto"):
         raise SciperfError(f"train.resume={cfg.train.resume} is not one of auto, '' (start "
                            "anew)")
-    if (timeout := cfg.distributed.timeout_s) <= 0:
-        raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 seconds (how long a "
-                           "lost or hung peer may take before the job ends)")
+    if not 0 < (timeout := cfg.distributed.timeout_s) <= TIMEOUT_MAX_S:
+        raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 and <= {TIMEOUT_MAX_S} "
+                           "seconds (how long a lost or hung peer may take before the job "
+                           "ends; at most a year)")
     for key, (least, why) in MINIMUMS.items():
         if (value := OmegaConf.select(cfg, key)) < least:
             raise SciperfError(f"{key}={value} must be at least {least} ({why})")

@@ -167,6 +167,19 @@ def _check(cfg: DictConfig, launcher: Launcher, system: Mapping[str, Any]) -> tu
     return nodes, slurm
 
 
+def _check_ranks(cfg: DictConfig, alloc: Allocation) -> None:
+    """What every rank of the training program would refuse after its start (a framework
+    import and the job's queue wait later): TensorFlow trains several ranks of an instance
+    through Horovod only."""
+    instances = int(cfg.get("instances", 1))
+    world = alloc.tasks // instances if alloc.tasks % instances == 0 else alloc.tasks
+    backend = OmegaConf.select(cfg, "distributed.backend", default="native")
+    if cfg.framework.name == "tensorflow" and backend == "native" and world > 1:
+        raise SciperfError(f"framework=tensorflow with {world} ranks needs "
+                           "distributed.backend=horovod (native TF multi-worker is not "
+                           f"supported; launcher={cfg.launcher.name} starts {alloc.tasks})")
+
+
 def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
          program: Program | None = None, as_root: bool | None = None) -> Plan:
     """Check the request and render it (nothing is written or started)."""
@@ -176,6 +189,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
                                int(system.get("accelerators_per_node") or 0))
     nodes, slurm = _check(cfg, launcher, system)
     alloc = launcher.allocation(nodes)
+    if program is None:
+        _check_ranks(cfg, alloc)
     program = program or default_program(cfg, overrides)
     requeue = _requeue(cfg, slurm)
     if requeue is not None:

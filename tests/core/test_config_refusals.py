@@ -86,14 +86,18 @@ def test_additions_the_schema_knows_still_compose(overrides: list[str]) -> None:
 
 # --- values ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["0", "-1", "-45"])
-def test_distributed_timeout_must_be_positive(value: str) -> None:
+@pytest.mark.parametrize("value", ["0", "-1", "-45", "31536001", "100000000000000"])
+def test_distributed_timeout_must_be_positive_and_at_most_a_year(value: str) -> None:
+    """10**14 s passed composition and crashed every rank's process-group setup in
+    datetime.timedelta (OverflowError) with a traceback."""
     message = _refused(f"distributed.timeout_s={value}")
-    assert f"distributed.timeout_s={value}" in message and "> 0" in message, message
+    assert f"distributed.timeout_s={value}" in message and "> 0 and <= 31536000" in message, \
+        message
 
 
-def test_distributed_timeout_of_one_second_composes() -> None:
-    assert compose([*BASE, "distributed.timeout_s=1"]).distributed.timeout_s == 1
+@pytest.mark.parametrize("value", [1, 31536000])
+def test_distributed_timeout_from_one_second_to_a_year_composes(value: int) -> None:
+    assert compose([*BASE, f"distributed.timeout_s={value}"]).distributed.timeout_s == value
 
 
 @pytest.mark.parametrize(("key", "value"), [

@@ -262,6 +262,12 @@ def test_host_script_without_slurm() -> None:
     (["launcher=srun", "system=slurm-gpu-node", "launcher.tasks_per_node=0"],
      "launcher.tasks_per_node=0 must be at least 1"),
     (["launcher=local", "launcher.nprocs=0"], "launcher.nprocs=0 must be at least 1"),
+    # every rank refused it after its start (and the job's queue wait), once per rank
+    (["framework=tensorflow", "launcher=local", "launcher.nprocs=2"],
+     "framework=tensorflow with 2 ranks needs distributed.backend=horovod"),
+    (["framework=tensorflow", "launcher=srun", "system=slurm-gpu-node",
+      "launcher.tasks_per_node=4", "instances=2"],
+     "framework=tensorflow with 2 ranks needs distributed.backend=horovod"),
 ])
 def test_impossible_requests_are_one_line_errors(extra: list[str], needle: str) -> None:
     with pytest.raises(SciperfError) as err:
@@ -269,6 +275,17 @@ def test_impossible_requests_are_one_line_errors(extra: list[str], needle: str) 
         plan(compose(overrides), overrides=overrides)
     message = str(err.value)
     assert needle in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("extra", [
+    ["launcher.nprocs=2", "distributed.backend=horovod"],
+    ["launcher.nprocs=1"],
+    ["launcher.nprocs=2", "instances=2"],  # two one-rank instances
+])
+def test_tensorflow_ranks_that_need_no_native_collectives_are_planned(extra: list[str]) -> None:
+    overrides = [f"output_dir={OUT}", "framework=tensorflow", "launcher=local", *extra]
+    job = plan(compose(overrides), overrides=overrides)
+    assert job.alloc.tasks == int(extra[0].split("=")[1])
 
 
 def test_submit_without_sbatch_is_a_clear_error(tmp_path: Path) -> None:
