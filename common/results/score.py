@@ -149,9 +149,14 @@ def scaling_factor(folder: Path | None) -> float:
     if file is None or not file.is_file():
         return 1.0
     try:
-        return float(json.loads(file.read_text())["scaling_factor"])
+        factor = json.loads(file.read_text())["scaling_factor"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SciperfError(f"{file}: no readable scaling_factor ({exc})") from None
+    # json reads NaN and Infinity; a factor ≤ 0 would make a negative or zero score
+    if isinstance(factor, bool) or not isinstance(factor, int | float) \
+            or not math.isfinite(factor) or factor <= 0:
+        raise SciperfError(f"{file}: scaling_factor={factor!r} must be a finite number > 0")
+    return float(factor)
 
 
 def rcp_review(group: Group, ruleset: str = RULESET) -> tuple[str | None, float]:
@@ -254,15 +259,26 @@ def _check_all(paths: Sequence[Path], ruleset: str) -> list[tuple[bool, str | No
         return list(pool.map(one, paths))
 
 
-def _our_mode(path: Path, summary: dict[str, Any] | None) -> str:
-    """Throughput mode when the run had several instances (summary) or, without a summary,
-    when its directory holds several result logs."""
-    if summary is not None:
-        return "weak" if int(summary.get("instances") or 1) > 1 else "strong"
-    return "weak" if len(list(path.parent.glob("result_*.txt"))) > 1 else "strong"
+def _our_mode(run: Run, folder_instances: dict[Path, set[int]]) -> str:
+    """Throughput mode when the run had several instances (its summary) or, without a
+    summary, when its folder's logs carry several instance indices: a throughput run's
+    logs are one per instance (`instance` / `instance_id` 0…N−1), whereas the strong runs
+    of one folder all carry the same index or none (NVIDIA's strong logs say instance 0)."""
+    if run.summary is not None:
+        return "weak" if int(run.summary.get("instances") or 1) > 1 else "strong"
+    return "weak" if len(folder_instances.get(run.path.parent, set())) > 1 else "strong"
 
 
-def _group_key(run: Run) -> tuple[Any, ...]:
+def _instances_by_folder(runs: Sequence[Run]) -> dict[Path, set[int]]:
+    """Each folder's instance indices, over the logs of it being scored."""
+    found: dict[Path, set[int]] = {}
+    for run in runs:
+        if (index := run.log.instance) is not None:
+            found.setdefault(run.path.parent, set()).add(index)
+    return found
+
+
+def _group_key(run: Run, folder_instances: dict[Path, set[int]]) -> tuple[Any, ...]:
     """Identity of the group a run belongs to (and its label fields)."""
     place = tree_place(run.path)
     if place is not None:
@@ -273,7 +289,7 @@ def _group_key(run: Run) -> tuple[Any, ...]:
         raise SciperfError(f"{run.path}: no submission_benchmark in the log (cannot group it)")
     framework = (run.summary or {}).get("framework")
     ranks = (run.summary or {}).get("world_size") or log.ranks
-    mode = _our_mode(run.path, run.summary)
+    mode = _our_mode(run, folder_instances)
     folder = run.path.parent if mode == "weak" else None
     return (log.org, log.platform or "unknown-platform", framework, ranks, log.benchmark, mode,
             folder)
@@ -521,8 +537,9 @@ def _load(paths: list[Path], ruleset: str) -> list[Run]:
 def group_runs(runs: list[Run]) -> list[Group]:
     """Runs → groups, in a stable order (system, benchmark, mode)."""
     groups: dict[tuple[Any, ...], Group] = {}
+    instances = _instances_by_folder(runs)
     for run in runs:
-        key = _group_key(run)
+        key = _group_key(run, instances)
         org, system, framework, ranks, benchmark, mode, folder = key
         tree = tree_place(run.path) is not None
         if key not in groups:

@@ -379,3 +379,32 @@ def test_naming_a_stray_folder_or_its_file_is_one_line_and_exit_2(
                           check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert str(target).rstrip("/") in proc.stderr and "result_*.txt" in proc.stderr
+
+
+# --- published logs outside a submission tree (no summary.json beside them) ----------------
+
+def test_published_strong_runs_outside_a_tree_stay_strong(v30, tmp_path):
+    """Ten strong logs (every one says instance 0) were scored as ONE throughput job of 10
+    models — the mode came from the file count. Several instance indices make weak."""
+    plain = tmp_path / "plain"
+    shutil.copytree(v30 / NV, plain)
+    (strong,) = score([plain])
+    (tree,) = [s for s in score([v30 / "NVIDIA"])
+               if s.group.system == "eos_n64_ngc23.09_pytorch" and s.group.benchmark == "cosmoflow"]
+    assert strong.group.mode == "strong" and strong.valid
+    assert strong.olympic_minutes == pytest.approx(tree.olympic_minutes, abs=1e-12)
+    weak_plain = tmp_path / "weakplain"
+    shutil.copytree(v30 / HPE_WEAK, weak_plain)
+    (weak,) = score([weak_plain])
+    assert weak.group.mode == "weak" and weak.number_of_models == 10
+
+
+@pytest.mark.parametrize("factor", ["NaN", "Infinity", "-1", "0", "\"2\"", "true"])
+def test_a_scaling_factor_that_is_no_positive_number_is_refused(v30, tmp_path, factor):
+    """json reads NaN and Infinity: the score became NaN (invalid --json) or negative."""
+    org = strong_tree(v30, tmp_path, MINUTES, failed=set())
+    (org / "results/sys/strong/cosmoflow/scaling.json").write_text(
+        f'{{"scaling_factor": {factor}}}')
+    with pytest.raises(SciperfError, match=r"scaling\.json: scaling_factor=.* must be a "
+                                           r"finite number > 0"):
+        score([org])
