@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sciperf.errors import SciperfError
 
@@ -65,7 +66,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(v.line())
         ok = ok and all(v.ok for v in verdicts)
         if len(files) > 1:
-            print(throughput(files).line())
+            print(throughput(files, [v.ok for v in verdicts]).line())
     return 0 if ok else 1
 
 
@@ -122,11 +123,43 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         raise SciperfError("characterize takes at most one run=OUT")
     out = check_out(Path(args.out or "characterize"))
     run = load_run(runs[0]) if runs else None
-    result = characterize(compose(overrides), run)
+    cfg = compose(overrides)
+    if run is not None:
+        _refuse_ignored_overrides(overrides, cfg, run["config"])
+    result = characterize(cfg, run)
     out = write_outputs(result, out)
     print(json.dumps(result, indent=2) if args.json else table(result))
-    print(f"wrote {out}/characterize.json and {out}/roofline.png")
+    # beside JSON on stdout, the path goes to stderr (stdout stays one JSON document)
+    print(f"wrote {out}/characterize.json and {out}/roofline.png",
+          file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+# what `characterize run=OUT` takes from the command line; the rest comes from the run
+RUN_OVERRIDES = ("workload", "system.peak_flops", "system.peak_io_bw")
+
+
+def _refuse_ignored_overrides(overrides: list[str], cfg: Any, run_config: dict) -> None:
+    """With run=OUT the counts describe the run's own config: an override that says
+    otherwise (framework=tensorflow for a PyTorch run, another batch) would be silently
+    replaced by the run's value, so it is refused; one that agrees is harmless."""
+    from omegaconf import OmegaConf
+    ran = OmegaConf.create(run_config)
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in RUN_OVERRIDES:
+            continue
+        given, had = OmegaConf.select(cfg, key), OmegaConf.select(ran, key)
+        if OmegaConf.is_config(given):  # a group choice: framework=…, system=…
+            given, had = given.get("name"), had.get("name") if OmegaConf.is_config(had) else had
+        if given != had:
+            raise SciperfError(f"{override}: the run had {key}={_plain_value(had)}; with "
+                               "run=OUT characterize counts the run's own config (only "
+                               f"{', '.join(k + '=' for k in RUN_OVERRIDES)} may differ)")
+
+
+def _plain_value(value: Any) -> str:
+    return "(unset)" if value is None else str(value)
 
 
 @verb("run", "the main job: prepare (if missing) + train + check")

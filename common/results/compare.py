@@ -52,6 +52,36 @@ def compare_table(paths: list[str]) -> str:
     base, other = runs[0].get("samples_per_s"), runs[1].get("samples_per_s")
     if base and other:
         lines.append(f"\nthroughput ratio {header[2]} / {header[1]}: {other / base:.2f}×")
-    if len({r.get("config_hash") for r in runs}) > 1:
-        lines.append("note: the runs differ in configuration (config hash), not only framework")
+    if differing := _differences(runs):
+        lines.append(f"note: the runs differ beyond the framework in {', '.join(differing)}")
     return "\n".join(lines)
+
+
+# keys that differ between any two runs without making them different experiments: the
+# framework section (what compare compares) and the run-local paths config_hash leaves out
+SAME_EXPERIMENT = ("framework", "output_dir", "data.dir", "data.stage_dir")
+
+
+def _flat(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys → leaf values."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _differences(runs: list[dict[str, Any]]) -> list[str]:
+    """The config keys whose values differ between the runs, beyond the framework (the
+    config hash always differed: it covers the framework section). Summaries without their
+    config fall back to the hash."""
+    configs = [r.get("config") for r in runs]
+    if not all(isinstance(c, dict) for c in configs):
+        return ["config hash"] if len({r.get("config_hash") for r in runs}) > 1 else []
+    flats = [_flat(c) for c in configs]
+    keys = sorted(set().union(*flats))
+    return [k for k in keys
+            if not any(k == s or k.startswith(s + ".") for s in SAME_EXPERIMENT)
+            and len({repr(f.get(k)) for f in flats}) > 1]

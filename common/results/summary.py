@@ -165,6 +165,10 @@ def load_summary(path: str | Path, required: Iterable[str] = ()) -> dict[str, An
     path = Path(path)
     file = path / SUMMARY_FILE if path.is_dir() else path
     if not file.is_file():
+        instances = sorted(path.glob("summary_*.json")) if path.is_dir() else []
+        if instances:  # a throughput run: one summary per instance
+            raise SciperfError(f"{path} is a throughput run of {len(instances)} instances: "
+                               f"name one instance's summary ({instances[0]})")
         raise SciperfError(f"no {SUMMARY_FILE} in {path} (not a sciperf run directory)")
     return read_summary(file, required)
 

@@ -18,17 +18,20 @@ from sciperf.results.logs import parse_log
 
 @dataclass(frozen=True)
 class Instance:
-    """One instance's run: start/stop (ms since the epoch) and whether it converged."""
+    """One instance's run: start/stop (ms since the epoch; None when the log lacks them)
+    and whether it converged (its run_stop says success and, where asked, the checker
+    passed the log)."""
 
     path: Path
-    start_ms: int
-    stop_ms: int
+    start_ms: int | None
+    stop_ms: int | None
     success: bool
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """The throughput score of a set of concurrent instances."""
+    """The throughput score of a set of concurrent instances: as the rules and `sciperf
+    score` count it, over the converged instances only."""
 
     instances: list[Instance]
 
@@ -37,33 +40,40 @@ class Throughput:
         return sum(i.success for i in self.instances)
 
     @property
-    def minutes(self) -> float:
-        """Latest run_stop − earliest run_start, in minutes."""
-        start = min(i.start_ms for i in self.instances)
-        stop = max(i.stop_ms for i in self.instances)
-        return (stop - start) / 60000.0
+    def minutes(self) -> float | None:
+        """Latest run_stop − earliest run_start over the converged instances, in minutes
+        (None when none converged)."""
+        ok = [i for i in self.instances if i.success]
+        if not ok:
+            return None
+        return (max(i.stop_ms or 0 for i in ok) - min(i.start_ms or 0 for i in ok)) / 60000.0
 
     @property
-    def models_per_minute(self) -> float:
-        return len(self.instances) / max(self.minutes, 1e-12)
+    def models_per_minute(self) -> float | None:
+        minutes = self.minutes
+        return self.converged / max(minutes, 1e-12) if minutes is not None else None
 
     def line(self) -> str:
-        return (f"throughput: {len(self.instances)} instances ({self.converged} reached the "
-                f"target) in {self.minutes:.2f} min = {self.models_per_minute:.3f} models/min")
+        head = f"throughput: {len(self.instances)} instances, {self.converged} converged"
+        if self.minutes is None:
+            return f"{head}: no score"
+        return f"{head}, in {self.minutes:.2f} min = {self.models_per_minute:.3f} models/min"
 
 
-def read_instance(path: str | Path) -> Instance:
-    """run_start / run_stop of one MLLOG file; a log without both raises naming the file."""
+def read_instance(path: str | Path, passed: bool = True) -> Instance:
+    """run_start / run_stop of one MLLOG file; a log without both never converged (the
+    checker names what it lacks)."""
     log = parse_log(path)
     start, stop = log.run_window
     if start is None or stop is None:
-        raise SciperfError(f"{log.path} has no run_start/run_stop pair (run did not start or "
-                           "end)")
-    return Instance(log.path, int(start), int(stop), log.success)
+        return Instance(log.path, None, None, False)
+    return Instance(log.path, int(start), int(stop), log.success and passed)
 
 
-def throughput(paths: Sequence[str | Path]) -> Throughput:
-    """Score concurrent instances' logs."""
+def throughput(paths: Sequence[str | Path], passed: Sequence[bool] | None = None) -> Throughput:
+    """Score concurrent instances' logs; `passed`: the checker's verdict on each (a log it
+    fails does not count as converged, whatever its run_stop says)."""
     if not paths:
         raise SciperfError("throughput needs at least one MLLOG file")
-    return Throughput([read_instance(p) for p in paths])
+    verdicts = list(passed) if passed is not None else [True] * len(paths)
+    return Throughput([read_instance(p, ok) for p, ok in zip(paths, verdicts, strict=True)])

@@ -49,7 +49,7 @@ from sciperf.config import check_peak
 from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
-from sciperf.results.summary import CHARACTERIZE, SUMMARY_FILE, read_summary
+from sciperf.results.summary import CHARACTERIZE, SUMMARY_FILE, load_summary
 from sciperf.workloads import WORKLOADS, get
 from sciperf.workloads.base import Layer, Workload
 
@@ -167,9 +167,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
     loader (sciperf.results.summary) for every field characterize reads."""
     path = Path(path)
     file = path / SUMMARY_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise SciperfError(f"run={path}: no summary.json there (not a sciperf run directory)")
-    summary = read_summary(file, CHARACTERIZE)
+    summary = load_summary(path, CHARACTERIZE)
     if not summary.get("samples_per_s"):
         raise SciperfError(f"{file}: the run measured no training throughput (no epoch ran)")
     log = file.parent / str(summary.get("result_file", "result_0.txt"))

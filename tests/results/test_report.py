@@ -147,6 +147,28 @@ def mini_runs(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
+def test_compare_notes_only_what_differs_beyond_the_framework(mini_runs, tmp_path):
+    """The note "the runs differ in configuration" came on every PyTorch/TensorFlow pair:
+    the config hash covers the framework section. It now names the keys that differ."""
+    def compare(*runs: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "sciperf"), "compare", *map(str, runs)],
+                              capture_output=True, text=True, check=False)
+
+    same = compare(mini_runs["pytorch"], mini_runs["tensorflow"])
+    assert same.returncode == 0 and "| pytorch (pytorch) | tensorflow (tensorflow) |" \
+        in same.stdout, same.stderr
+    assert "differ" not in same.stdout
+    other = tmp_path / "other"
+    other.mkdir()
+    summary = json.loads((mini_runs["tensorflow"] / "summary.json").read_text())
+    summary["config"]["seed"] += 1
+    summary["config"]["train"]["max_epochs"] += 1
+    (other / "summary.json").write_text(json.dumps(summary))
+    differ = compare(mini_runs["pytorch"], other)
+    assert differ.stdout.strip().splitlines()[-1] == \
+        "note: the runs differ beyond the framework in seed, train.max_epochs"
+
+
 def test_report_compares_fresh_pytorch_and_tensorflow_runs(mini_runs, tmp_path):
     proc = subprocess.run([str(BIN / "sciperf"), "report", *map(str, mini_runs.values()),
                            "--out", str(tmp_path / "rep")], capture_output=True, text=True,

@@ -408,3 +408,23 @@ def test_a_scaling_factor_that_is_no_positive_number_is_refused(v30, tmp_path, f
     with pytest.raises(SciperfError, match=r"scaling\.json: scaling_factor=.* must be a "
                                            r"finite number > 0"):
         score([org])
+
+
+def test_check_scores_the_instances_the_checker_passes_as_score_does(v30, tmp_path):
+    """`check`'s throughput line counted every instance (10 reached, 0.680 models/min)
+    although the checker failed one, and a log without run_stop ended it in an error."""
+    folder = tmp_path / "weak"
+    shutil.copytree(v30 / HPE_WEAK, folder)
+    victim = folder / "result_5.txt"
+    rewrite(victim, victim, parse_log(victim).minutes, converged=False)
+    cut = folder / "result_7.txt"
+    cut.write_text("".join(line for line in cut.read_text().splitlines(keepends=True)
+                           if '"run_stop"' not in line))
+    proc = subprocess.run([*SCIPERF, "check", str(folder)], capture_output=True, text=True,
+                          check=False)
+    (s,) = score([folder])
+    assert proc.returncode == 1 and proc.stdout.count("FAIL ") == 2, proc.stdout
+    assert s.number_of_models == 8
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line == (f"throughput: 10 instances, 8 converged, in {s.minutes:.2f} min = "
+                    f"{s.models_per_minute:.3f} models/min"), line

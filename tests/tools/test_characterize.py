@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -270,7 +271,37 @@ def test_measured_run_rates_and_roofline(run_dir, tmp_path):
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     image = imread(io.BytesIO(png), format="png")
     assert image.shape[0] > 100 and image.std() > 0
-    assert math.isclose(json.loads(proc.stdout.split("\nwrote ")[0])["parameters"], 108_604)
+    # stdout is one JSON document (the path went after it, and json.load failed)
+    assert math.isclose(json.loads(proc.stdout)["parameters"], 108_604)
+    assert proc.stderr.strip() == (f"wrote {tmp_path}/characterize.json and "
+                                   f"{tmp_path}/roofline.png")
+
+
+@pytest.mark.parametrize(("override", "had"), [
+    ("framework=tensorflow", "framework=pytorch"),
+    ("experiment=full", "experiment=mini"),
+    ("train.global_batch_size=64", "train.global_batch_size=16"),
+])
+def test_an_override_the_run_contradicts_is_refused(run_dir, tmp_path, override, had):
+    """With run=OUT the run's own config is counted: `framework=tensorflow` was silently
+    replaced by the run's pytorch."""
+    proc = subprocess.run([str(BIN / "sciperf"), "characterize", "workload=cosmoflow",
+                           override, f"run={run_dir}", "--out", str(tmp_path / "c")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"sciperf characterize: error: {override}: the run had {had}")
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_throughput_run_names_one_instance_summary(run_dir, tmp_path):
+    """A throughput run folder (summary_<i>.json) was "not a sciperf run directory"."""
+    folder = tmp_path / "tp"
+    folder.mkdir()
+    for i in range(2):
+        shutil.copy(run_dir / "summary.json", folder / f"summary_{i}.json")
+    with pytest.raises(SciperfError, match=r"throughput run of 2 instances: name one "
+                                           r"instance's summary \(.*summary_0\.json\)"):
+        load_run(folder)
 
 
 def test_errors(tmp_path):

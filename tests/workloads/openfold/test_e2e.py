@@ -374,7 +374,7 @@ def test_throughput_mode_runs_two_independent_instances(proteins: Path, tmp_path
         assert {e["metadata"].get("instance") for e in events} == {i}
         assert {e["value"] for e in events if e["key"] == "seed"} == {7 + i}
         assert checker(out / f"result_{i}.txt", rules) == (True, [])
-    assert "throughput: 2 instances (2 reached the target)" in proc.stdout
+    assert "throughput: 2 instances, 2 converged, in " in proc.stdout
 
 
 # ---------------------------------------------------------------- resume
