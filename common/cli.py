@@ -296,8 +296,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides (or files for `check`)")
     p.add_argument("--force", action="store_true", help="prepare: regenerate existing data")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    p.add_argument("--ruleset", default="3.0.0", choices=("3.0.0", "2.0.0"),
-                   help="check, score: the hpc ruleset of the logs (default 3.0.0)")
+    p.add_argument("--ruleset", choices=("3.0.0", "2.0.0"),
+                   help="check, score, package, report: the hpc ruleset of the logs "
+                        "(default 3.0.0)")
     p.add_argument("--json", action="store_true",
                    help="score, characterize: print JSON instead of a table")
     p.add_argument("--system", help="package: the system name of the submission tree")
@@ -317,6 +318,27 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise Terminated(signal.Signals(signum).name)
 
 
+# the verbs each option means something to; given to another verb it was ignored in silence
+OPTION_VERBS: dict[str, tuple[str, ...]] = {
+    "force": ("prepare", "run"),
+    "ruleset": ("check", "score", "package", "report"),
+    "json": ("score", "characterize"),
+    "system": ("package",),
+    "out": ("package", "report", "characterize"),
+}
+DEFAULT_RULESET = "3.0.0"
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """An option the verb does not read (`check --json`, `score --out DIR`) is refused in
+    one line rather than ignored; then the ruleset gets its default."""
+    for option, verbs in OPTION_VERBS.items():
+        if getattr(args, option) not in (None, False) and args.verb not in verbs:
+            raise SciperfError(f"--{option} is not an option of `sciperf {args.verb}` (it is "
+                               f"one of {', '.join(verbs)})")
+    args.ruleset = args.ruleset or DEFAULT_RULESET
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sciperf` console script."""
     args = parser().parse_intermixed_args(argv)
@@ -324,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
     try:
+        _check_options(args)
         return VERBS[args.verb][1](args)
+    except BrokenPipeError:  # `sciperf score … | head`: the reader left, as for SIGPIPE
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
     except SciperfError as exc:
         if debug:
             raise
@@ -341,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is None:  # the console script: only the interpreter's exit is left
             _ignore_late_signals()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into the closed pipe does
+    not print a second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _ignore_late_signals() -> None:

@@ -358,7 +358,9 @@ def scaling_case(workload: Workload, framework: str, root: Path,
 def bench(overrides: list[str]) -> int:
     """Run every case of the workload for the frameworks asked (framework=a,b) and write
     the JSON."""
-    opts = dict(o.split("=", 1) for o in overrides if "=" in o)
+    if stray := [o for o in overrides if "=" not in o]:  # was dropped: the whole bench ran
+        raise SciperfError(f"Error parsing override '{stray[0]}': overrides are key=value")
+    opts = dict(o.split("=", 1) for o in overrides)
     frameworks = opts.pop("framework", "pytorch").split(",")
     only = [c for c in opts.pop("bench.cases", "").split(",") if c]  # e.g. bench.cases=full
     precisions = [p for p in opts.pop("bench.precision", "fp32,bf16").split(",") if p]

@@ -1,0 +1,55 @@
+"""The console script's options and pipes: what a verb does not read is refused, not ignored.
+
+`sciperf check RUN --json` printed text, `sciperf score RUN --out DIR` wrote nothing and
+`sciperf bench stray` dropped the word and ran the whole default bench — each exit 0, the
+user none the wiser. A reader that leaves the pipe (`sciperf score … | head`) ended the
+command in a BrokenPipeError traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCIPERF = [sys.executable, "-m", "sciperf.cli"]
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*SCIPERF, *args], capture_output=True, text=True, check=False,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize(("argv", "option", "verbs"), [
+    (["check", "RUN", "--json"], "--json", "score, characterize"),
+    (["compare", "A", "B", "--json"], "--json", "score, characterize"),
+    (["score", "RUN", "--out", "foo"], "--out", "package, report, characterize"),
+    (["score", "RUN", "--system", "bar"], "--system", "package"),
+    (["train", "--force"], "--force", "prepare, run"),
+    (["show", "--ruleset", "3.0.0"], "--ruleset", "check, score, package, report"),
+])
+def test_an_option_the_verb_does_not_read_is_one_line(tmp_path, argv, option, verbs):
+    proc = _run(*argv, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.strip() == (f"sciperf {argv[0]}: error: {option} is not an option of "
+                                   f"`sciperf {argv[0]}` (it is one of {verbs})")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_refuses_a_word_that_is_no_override(tmp_path):
+    proc = _run("bench", "stray", f"output={tmp_path / 'b'}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("sciperf bench: error: Error parsing override 'stray': "
+                                   "overrides are key=value")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_closed_pipe_ends_quietly_as_sigpipe(published_results):
+    """`sciperf score TREE | true`: the reader is gone before the table is written."""
+    proc = subprocess.run(f"{' '.join(SCIPERF)} score {published_results / 'v3.0'} | true; "
+                          "echo status=${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.stdout.strip() == "status=141"
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
