@@ -12,6 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
@@ -39,17 +40,6 @@ class Verdict:
         return f"FAIL {self.path}: {first}{more} ({what})"
 
 
-def _log_value(path: Path, key: str) -> str:
-    """First value of MLLOG `key` in the file, or '?'."""
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith(":::MLLOG") and f'"key": "{key}"' in line:
-            try:
-                return str(json.loads(line[len(":::MLLOG"):])["value"])
-            except (ValueError, KeyError):
-                return "?"
-    return "?"
-
-
 def _crash(output: str) -> str | None:
     """The exception a crashed checker ended with ("the checker crashed on this log:
     TypeError: …"), or None: its traceback's frames name the checker's code, not what in
@@ -61,20 +51,61 @@ def _crash(output: str) -> str | None:
     return f"the checker crashed on this log: {last[-1] if last else 'no exception line'}"
 
 
+SEPARATOR = "-" * 30  # between the checker's messages (mlp_compliance.log_messages)
+DUMPS = ("current context[s]=", "current line[v]=")  # the checker's state, multi-line dicts
+
+
 def _problems(output: str) -> list[str]:
-    """The checker's findings, one string each (it separates them with dashes)."""
+    """The checker's findings, one line each: its messages are several lines (a heading
+    ending in ':', the log line, the failed test, its state) separated by dashes."""
     crash = _crash(output)
     if crash is not None:
         return [crash]
-    found = []
-    for chunk in output.replace("------------------------------", "\n").splitlines():
-        text = chunk.strip()
-        for prefix in ("WARNING - ", "ERROR - "):
+    return [line for message in output.split(SEPARATOR) if (line := _one_line(message))]
+
+
+def _one_line(message: str) -> str:
+    """One checker message as a line: its text lines joined, a quoted MLLOG line as its
+    key (when the text does not name it already), the state dumps left out."""
+    kept: list[str] = []
+    for raw in message.splitlines():
+        text = raw.strip()
+        for prefix in ("WARNING -", "ERROR -"):
             text = text.removeprefix(prefix).strip()
         if not text or text.startswith(("INFO", "** Logging")) or text == "FAILED":
             continue
-        found.append(text)
-    return found
+        if text.startswith(DUMPS):
+            break
+        if text.startswith(":::MLLOG"):
+            key = _mllog_key(text)
+            if key and f"'{key}'" not in " ".join(kept):
+                kept.append(f"[{key}]")
+            continue
+        kept.append(text)
+    return " ".join(kept)
+
+
+def _mllog_key(line: str) -> str | None:
+    try:
+        return str(json.loads(line[len(":::MLLOG"):])["key"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+DIVISIONS = ("closed", "open")
+
+
+def _unknown_names(division: Any, benchmark: Any) -> str | None:
+    """What the checker has no rules for: it opens `<division>_<benchmark>.yaml` and
+    crashed with a FileNotFoundError naming its own file."""
+    from sciperf.results.score import hpc_benchmarks
+    if division not in DIVISIONS:
+        return (f"submission_division {division!r} is not one of {', '.join(DIVISIONS)} "
+                "(the checker has no rules for it)")
+    if benchmark not in (known := hpc_benchmarks()):
+        return (f"submission_benchmark {benchmark!r} is not an MLPerf HPC benchmark "
+                f"({', '.join(sorted(known))})")
+    return None
 
 
 def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
@@ -82,7 +113,10 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
     path = Path(path)
     if not path.is_file():
         raise SciperfError(f"no such MLLOG file: {path}")
-    parse_log(path)  # not a log at all (another file, empty, binary): one line, as score's
+    log = parse_log(path)  # not a log at all (another file, empty, binary): one line
+    if unknown := _unknown_names(log.division, log.benchmark):  # the checker would crash
+        return Verdict(path, False, str(log.division or "?"), str(log.benchmark or "?"),
+                       [unknown], ruleset)
     with tempfile.TemporaryDirectory(prefix="sciperf-check-") as tmp:
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"),
@@ -92,8 +126,8 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
     ok = proc.returncode == 0 and "SUCCESS" in output
     problems = [] if ok else _problems(output) or [output.strip().splitlines()[-1:][0]
                                                    if output.strip() else "checker failed"]
-    return Verdict(path, ok, _log_value(path, "submission_division"),
-                   _log_value(path, "submission_benchmark"), problems, ruleset)
+    return Verdict(path, ok, str(log.division or "?"), str(log.benchmark or "?"), problems,
+                   ruleset)
 
 
 def result_files(target: str | Path) -> list[Path]:

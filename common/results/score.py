@@ -55,14 +55,22 @@ from sciperf.results.summary import summary_beside
 MAX_DROPPED = 1  # olympic scoring: one non-converged run may be the dropped slowest
 
 
-def required_runs(benchmark: str) -> int:
-    """Runs (strong) or converged instances (weak) the rules require, from mlperf-logging."""
+def hpc_benchmarks() -> dict[str, int]:
+    """MLPerf HPC benchmark → runs (strong) or converged instances (weak) the rules
+    require, from mlperf-logging."""
     from mlperf_logging.benchmark_meta import get_result_file_counts
-    counts = get_result_file_counts("hpc")
+    return {name: int(n) for name, n in get_result_file_counts("hpc").items()}
+
+
+def required_runs(benchmark: str, source: Path | None = None) -> int:
+    """The run count the rules require of `benchmark`; an unknown one is an error naming
+    the log it came from (`source`)."""
+    counts = hpc_benchmarks()
     if benchmark not in counts:
-        raise SciperfError(f"unknown MLPerf HPC benchmark '{benchmark}'; valid: "
+        where = f"{source}: " if source else ""
+        raise SciperfError(f"{where}unknown MLPerf HPC benchmark '{benchmark}'; valid: "
                            f"{', '.join(sorted(counts))}")
-    return int(counts[benchmark])
+    return counts[benchmark]
 
 
 @dataclass(eq=False)  # a run is itself: two copies of one log are two runs
@@ -196,7 +204,7 @@ def group_scaling(group: Group) -> tuple[float, str | None, str | None]:
 
 def score_strong(group: Group) -> Score:
     """Time to solution of a strong-scaling group, with its verdict."""
-    required = required_runs(group.benchmark)
+    required = required_runs(group.benchmark, group.runs[0].path)
     n, ok = len(group.runs), group.converged
     dropped = n - len(ok)
     factor, source, rcp = group_scaling(group)
@@ -222,7 +230,7 @@ def score_strong(group: Group) -> Score:
 
 def score_weak(group: Group) -> Score:
     """Throughput (TTTa over converged instances) of a weak-scaling group."""
-    required = required_runs(group.benchmark)
+    required = required_runs(group.benchmark, group.runs[0].path)
     ok, n = group.converged, len(group.runs)
     score = Score(group, required, False, "", number_of_models=len(ok))
     if ok:

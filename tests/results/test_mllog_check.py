@@ -212,6 +212,65 @@ def test_broken_logs_fail(good_log: Path, tmp_path: Path, name: str, edit,
     assert verdict.line().endswith(f"(hpc {RULESET}, closed cosmoflow)")
 
 
+def _set(key: str, value):
+    """An edit giving MLLOG `key` another value."""
+    def edit(lines: list[str]) -> list[str]:
+        out = []
+        for line in lines:
+            if f'"key": "{key}"' in line:
+                record = json.loads(line[len(":::MLLOG "):])
+                record["value"] = value
+                line = ":::MLLOG " + json.dumps(record)
+            out.append(line)
+        return out
+    return edit
+
+
+def _line_of(path: Path, key: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1)
+                if f'"key": "{key}"' in ln)
+
+
+def test_a_failed_check_is_the_whole_finding_on_one_line(good_log: Path, tmp_path: Path):
+    """The checker writes a heading ending in ':' and then the failed test on its own
+    line: the verdict showed only "CHECK for 'opt_name' failed in line 12: (+N more)"."""
+    bad = _variant(good_log, tmp_path, "adam", _set("opt_name", "adam"))
+    verdict = check_log(bad)
+    at = _line_of(bad, "opt_name") - 1  # the checker counts lines from 0
+    assert verdict.problems[0] == (f"CHECK for 'opt_name' failed in line {at}: failed test:"
+                                   "  v['value'] in ['sgd', 'SGD']"), verdict.problems
+    # a string value: the test itself raises (comparing str with float)
+    dropout = check_log(_variant(good_log, tmp_path, "dropout", _set("dropout", "two")))
+    assert dropout.problems[0] == ("Failed executing CHECK code: v['value'] >= 0. and "
+                                   "v['value'] < 1. triggered by line: [dropout]"), \
+        dropout.problems
+    assert all("current context" not in p and ":::MLLOG" not in p
+               for p in verdict.problems + dropout.problems)
+
+
+def test_rank_prefixed_lines_still_name_division_and_benchmark(good_log: Path,
+                                                               tmp_path: Path) -> None:
+    """`0: :::MLLOG …` (srun --label): the checker and the parser read it; the verdict's
+    division and benchmark came out as '? ?'."""
+    prefixed = _variant(good_log, tmp_path, "prefixed", lambda ls: [f"0: {ln}" for ln in ls])
+    assert check_log(prefixed).line().endswith(f"(hpc {RULESET}, closed cosmoflow)")
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("submission_benchmark", "resnet", "submission_benchmark 'resnet' is not an MLPerf HPC "
+                                       "benchmark (cosmoflow, deepcam, oc20, openfold)"),
+    ("submission_division", "foo", "submission_division 'foo' is not one of closed, open"),
+])
+def test_a_name_the_rules_do_not_know_is_said_not_crashed_on(good_log: Path, tmp_path: Path,
+                                                             key: str, value: str,
+                                                             expected: str) -> None:
+    """The checker opened <division>_<benchmark>.yaml and crashed with a FileNotFoundError
+    naming its own installation's file."""
+    verdict = check_log(_variant(good_log, tmp_path, value, _set(key, value)))
+    assert not verdict.ok and len(verdict.problems) == 1
+    assert verdict.problems[0].startswith(expected), verdict.problems
+
+
 def test_target_never_reached_fails_closed_cosmoflow(tmp_path: Path) -> None:
     log = _write_run(tmp_path / "result_0.txt", [0.4, 0.2, 0.125])
     assert _records(log)[-1]["metadata"]["status"] == "aborted"
