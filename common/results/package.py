@@ -31,6 +31,7 @@ from sciperf.results.score import required_runs
 from sciperf.results.summary import PACKAGE, read_summary
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+SUMMARY_NAME = re.compile(r"summary(_[0-9]+)?\.json")
 
 # Fields the official system description checker requires (hpc rules); those we cannot
 # know stay "".
@@ -74,7 +75,9 @@ def read_run_dir(path: str | Path) -> RunDir:
     path = Path(path)
     if not path.is_dir():
         raise SciperfError(f"no such run directory: {path}")
-    files = sorted(path.glob("summary*.json"))
+    # summary.json, or summary_<i>.json per instance: not a backup beside them
+    # (summary.orig.json), which would package the same log twice
+    files = sorted(f for f in path.glob("summary*.json") if SUMMARY_NAME.fullmatch(f.name))
     if not files:
         raise SciperfError(f"no summary.json in {path} (not a sciperf run directory)")
     summaries = [read_summary(file, PACKAGE) for file in files]
@@ -164,6 +167,19 @@ def system_description(name: str, runs: list[RunDir]) -> dict[str, Any]:
     return desc
 
 
+def _distinct(targets: list[str]) -> list[str]:
+    """The run directories, each once: the same folder named twice (`r1 ./r1`, a link)
+    would put its logs twice into the submission as two runs."""
+    seen: dict[Path, str] = {}
+    for target in targets:
+        real = Path(target).resolve()
+        if real in seen:
+            raise SciperfError(f"{target} and {seen[real]} are the same run directory "
+                               "(each run is packaged once)")
+        seen[real] = target
+    return targets
+
+
 def plan(runs: list[RunDir]) -> dict[tuple[str, str], list[Path]]:
     """(mode, benchmark) → the result logs in submission order."""
     tree: dict[tuple[str, str], list[Path]] = {}
@@ -191,7 +207,7 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     if dest.exists():
         raise SciperfError(f"{dest} already exists (remove it or choose --out)")
     check_output_dir(dest, aside=True)
-    runs = [read_run_dir(t) for t in dict.fromkeys(targets)]
+    runs = [read_run_dir(t) for t in _distinct(targets)]
     layout = plan(runs)
     desc = system_description(system, runs)
     dest.parent.mkdir(parents=True, exist_ok=True)

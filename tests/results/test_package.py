@@ -122,8 +122,13 @@ def test_errors_name_the_problem_and_write_nothing(runs, tmp_path):
     summary["framework"] = "tensorflow"
     (other / "summary.json").write_text(json.dumps(summary))
     dest = tmp_path / "out" / "tree"
+    strong0 = runs["strong"][0]
+    dotted = f"{strong0.parent}/./{strong0.name}"
     cases = [
         ([str(runs["strong"][0]), str(other)], "x", "differ in framework"),
+        # the same run twice was two runs of the submission
+        ([str(strong0), dotted], "x", f"{dotted} and {strong0} are the same run directory"),
+        ([str(strong0), str(strong0)], "x", "are the same run directory"),
         ([str(tmp_path / "nope")], "x", "no such run directory"),
         ([str(tmp_path)], "x", "no summary.json in"),
         ([str(runs["strong"][0])], "bad/name", "is not a valid system name"),
@@ -138,6 +143,15 @@ def test_errors_name_the_problem_and_write_nothing(runs, tmp_path):
                    str(dest))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "differ in framework" in proc.stderr and not dest.exists()
+
+
+def test_a_summary_backup_beside_the_summary_is_not_a_second_instance(runs, tmp_path):
+    """summary*.json took summary.orig.json for one more instance: the log went in twice."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["strong"][0], run)
+    shutil.copy(run / "summary.json", run / "summary.orig.json")
+    dest = package([str(run)], "x", tmp_path / "tree")
+    assert [p.name for p in (dest / "results/x/strong/cosmoflow").iterdir()] == ["result_0.txt"]
 
 
 def test_a_failure_while_writing_leaves_no_partial_tree(runs, tmp_path, monkeypatch):
