@@ -8,9 +8,10 @@ them, hidden temp files skipped, one clear line when something is missing) exist
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,27 @@ def check_output_dir(path: Path, what: str = "--out", *, aside: bool = False) ->
         raise SciperfError(f"{what}{path} cannot be written (making a folder in {base} "
                            f"failed: {exc.strerror or exc})") from None
     os.rmdir(probe)
+
+
+@contextlib.contextmanager
+def new_parents(dest: Path) -> Iterator[None]:
+    """`dest`'s missing parent folders, made for the body and removed again (innermost
+    first, while empty) when it fails: a refused report or package leaves no bare folders
+    behind (`--out a/b/report` left a/b)."""
+    missing, folder = [], dest.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            try:
+                made.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def aside_dir(dest: Path) -> Path:

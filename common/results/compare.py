@@ -12,29 +12,31 @@ from typing import Any
 from sciperf.errors import SciperfError
 from sciperf.results.summary import COMPARE, load_summary
 
-ROWS: list[tuple[str, str]] = [
-    ("framework", "framework"),
-    ("status", "status"),
-    ("benchmark", "benchmark"),
-    ("experiment", "experiment"),
-    ("precision", "precision"),
-    ("epochs to target", "epochs"),
-    ("time to train [s]", "time_to_train_s"),
-    ("train samples/s", "samples_per_s"),
-    ("final metric", "final_metric"),
-    ("target", "target"),
-    ("parameters", "parameter_count"),
-    ("global batch", "global_batch_size"),
-    ("config hash", "config_hash"),
+# (label, summary key, format of a float): one format per row, so a row's cells line up
+# (a time of 18.9 s beside one of 7.0829 s read as two precisions)
+ROWS: list[tuple[str, str, str]] = [
+    ("framework", "framework", ""),
+    ("status", "status", ""),
+    ("benchmark", "benchmark", ""),
+    ("experiment", "experiment", ""),
+    ("precision", "precision", ""),
+    ("epochs", "epochs", ""),  # to the target when status is success
+    ("time to train [s]", "time_to_train_s", ".2f"),
+    ("train samples/s", "samples_per_s", ".1f"),
+    ("final metric", "final_metric", ".4f"),
+    ("target", "target", "g"),
+    ("parameters", "parameter_count", ""),
+    ("global batch", "global_batch_size", ""),
+    ("config hash", "config_hash", ""),
 ]
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, spec: str) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
-    if isinstance(value, int) and value > 9999:
+        return format(value, spec or "g")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 9999:
         return f"{value:,}"
     return str(value)
 
@@ -47,8 +49,9 @@ def compare_table(paths: list[str]) -> str:
     header = ["", *[f"{r['framework']} ({Path(p).name})" for r, p in zip(runs, paths,
                                                                          strict=True)]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for label, key in ROWS:
-        lines.append("| " + " | ".join([label, *[_cell(r.get(key)) for r in runs]]) + " |")
+    for label, key, spec in ROWS:
+        lines.append("| " + " | ".join([label, *[_cell(r.get(key), spec) for r in runs]])
+                     + " |")
     base, other = runs[0].get("samples_per_s"), runs[1].get("samples_per_s")
     if base and other:
         lines.append(f"\nthroughput ratio {header[2]} / {header[1]}: {other / base:.2f}×")

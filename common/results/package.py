@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import aside_dir, check_output_dir
+from sciperf.data.layout import aside_dir, check_output_dir, new_parents
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
 from sciperf.results.score import required_runs
@@ -210,18 +210,18 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     runs = [read_run_dir(t) for t in _distinct(targets)]
     layout = plan(runs)
     desc = system_description(system, runs)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = aside_dir(dest)
-    try:
-        for (mode, benchmark), logs in layout.items():
-            folder = tmp / "results" / system / mode / benchmark
-            folder.mkdir(parents=True)
-            for i, log in enumerate(logs):
-                shutil.copy2(log, folder / f"result_{i}.txt")
-        (tmp / "systems").mkdir()
-        (tmp / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with new_parents(dest):
+        tmp = aside_dir(dest)
+        try:
+            for (mode, benchmark), logs in layout.items():
+                folder = tmp / "results" / system / mode / benchmark
+                folder.mkdir(parents=True)
+                for i, log in enumerate(logs):
+                    shutil.copy2(log, folder / f"result_{i}.txt")
+            (tmp / "systems").mkdir()
+            (tmp / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dest

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import aside_dir, check_output_dir
+from sciperf.data.layout import aside_dir, check_output_dir, new_parents
 from sciperf.errors import SciperfError
 from sciperf.results.logs import RunLog, find_logs, quality_target, tree_place
 from sciperf.results.mllog import RULESET
@@ -357,20 +357,20 @@ def report(targets: Sequence[str | Path], out: str | Path, ruleset: str = RULESE
                                               and not (out / "report.md").is_file())):
         raise SciperfError(f"{out} exists and is not a sciperf report directory")
     check_output_dir(out, aside=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = aside_dir(out)
-    try:
-        blocks = build(targets, tmp, ruleset)
-        (tmp / "report.md").write_text(_md(blocks))
-        (tmp / "report.html").write_text(_html(blocks, tmp, "sciperf report"))
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with new_parents(out):
+        tmp = aside_dir(out)
+        try:
+            blocks = build(targets, tmp, ruleset)
+            (tmp / "report.md").write_text(_md(blocks))
+            (tmp / "report.html").write_text(_html(blocks, tmp, "sciperf report"))
+            if out.exists():
+                old = out.with_name(f".{out.name}.old-{os.getpid()}")
+                os.rename(out, old)
+                os.rename(tmp, out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return out

@@ -31,6 +31,7 @@ one "skipped" line instead of becoming a group of its own.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -182,11 +183,15 @@ def rcp_review(group: Group, ruleset: str = RULESET) -> tuple[str | None, float]
     with tempfile.TemporaryDirectory(prefix="sciperf-rcp-") as tmp:
         for i, run in enumerate(group.runs):
             os.symlink(run.path.resolve(), Path(tmp) / f"result_{i}.txt")
-        try:
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)  # its root-logger lines ("Run incomplete or did
+        try:  # not converge. Marking as infinite.") repeat what the table's verdict says
             ok, message, factor = rcp_checker.check_directory(
                 tmp, "hpc", ruleset, False, False, rcp_pass="pruned_rcps", set_scaling=False)
         except Exception as exc:  # the summarizer, too, scores on when its RCP step fails
             return f"error: {exc}", 1.0
+        finally:
+            logging.disable(previous)
     factor = float(factor)
     if not math.isfinite(factor):
         return f"not checked: no convergence epochs to compare ({message})", 1.0

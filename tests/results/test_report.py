@@ -147,6 +147,14 @@ def mini_runs(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
+def test_a_refused_report_leaves_no_folders_it_made(tmp_path):
+    """`--out a/b/report` for targets that hold no logs: a and b stayed behind."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SciperfError, match="no result_"):
+        report([tmp_path / "empty"], tmp_path / "a" / "b" / "report")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
 def test_compare_notes_only_what_differs_beyond_the_framework(mini_runs, tmp_path):
     """The note "the runs differ in configuration" came on every PyTorch/TensorFlow pair:
     the config hash covers the framework section. It now names the keys that differ."""

@@ -176,6 +176,9 @@ def test_two_failed_runs_make_the_group_invalid(v30, tmp_path):
                           check=False)
     assert proc.returncode == 1 and "INVALID: 2 of 10" in proc.stdout
     assert proc.stdout.count("not converged:") == 2
+    # the RCP checker's root-logger lines ("WARNING:root: Run incomplete or did not
+    # converge. Marking as infinite.") leaked into stderr beside the table
+    assert proc.stderr == "", proc.stderr
 
 
 def test_too_few_runs_is_scored_but_flagged(v30, tmp_path):
