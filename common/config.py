@@ -528,6 +528,23 @@ def check_time_limit(value: Any, key: str = "time_limit") -> str:
     return text
 
 
+def time_limit_seconds(text: str) -> int | None:
+    """A checked Slurm time in seconds; None for no limit (0, UNLIMITED, INFINITE).
+    Slurm's reading: one number is minutes, two are MM:SS, three HH:MM:SS; after `D-` the
+    numbers are hours, then minutes, then seconds."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        seconds = int(days) * 86400 + sum(p * u for p, u in zip(parts, (3600, 60, 1),
+                                                                 strict=False))
+    else:
+        units = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+        seconds = sum(p * u for p, u in zip(parts, units, strict=True))
+    return seconds or None
+
+
 def check_port(key: str, value: Any) -> int | None:
     """A TCP port from the config (1..65535), or None when unset (null: pick a free one).
 

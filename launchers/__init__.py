@@ -17,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sciperf.distributed import LOCAL_RUN_ID
+from sciperf import checkpoint
+from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.output import run_records, usable
 from sciperf.results.throughput import throughput
@@ -25,7 +26,7 @@ from sciperf.results.throughput import throughput
 from .compose import Plan, Program, command, default_program, plan
 from .container import CONTAINERS, make_container
 from .launcher import LAUNCHERS, MPI_FLAVOURS, Allocation, LocalLauncher, make_launcher
-from .local import free_port, port_is_free, run_local
+from .local import free_port, port_is_free, run_local, run_script
 
 __all__ = ["CONTAINERS", "LAUNCHERS", "MPI_FLAVOURS", "Allocation", "Plan", "Program",
            "command", "default_program", "job_env", "launch", "make_container",
@@ -77,17 +78,35 @@ def _report_throughput(output_dir: str, instances: int) -> None:
 
 def _check_output(cfg: Any, out: Path, dry: bool) -> None:
     """output_dir takes the job script, and (for a real submission) holds no earlier run the
-    job would refuse after its wait in the queue — unless it overwrites or resumes it."""
+    job would refuse after its wait in the queue — unless it overwrites it, or resumes
+    (train.resume=auto, launcher.requeue) from a checkpoint that is there: without one the
+    job would refuse the records all the same."""
     usable(out)
-    if dry or cfg.train.overwrite or cfg.train.resume == "auto" or \
-            OmegaConf.select(cfg, "launcher.requeue", default=False):
+    resumes = cfg.train.resume == "auto" or OmegaConf.select(cfg, "launcher.requeue",
+                                                             default=False) is True
+    if dry or cfg.train.overwrite or (resumes and checkpoint.latest(out) is not None):
         return
     found = run_records(out)
     if found:
         names = ", ".join(p.name for p in found[:4])
-        raise SciperfError(f"output_dir={out} already holds a run ({names}): the job would "
-                           "refuse it after its wait in the queue; use a new directory, "
-                           "train.overwrite=true or train.resume=auto")
+        raise SciperfError(f"output_dir={out} already holds a run ({names}) and no checkpoint "
+                           "to resume: the job would refuse it after its wait in the queue; "
+                           "use a new directory or train.overwrite=true")
+
+
+def _check_dataset(cfg: Any, alloc: Allocation) -> None:
+    """The dataset's listing and batch rules for one instance's ranks, as every rank checks
+    them first: a folder without the dataset (or too few samples for the batch) is one
+    line now, not a job that fails after its wait in the queue."""
+    from sciperf.distributed import RankInfo
+    from sciperf.train import resolve_files
+    from sciperf.workloads import get
+    data = Path(cfg.data.dir)
+    if not data.is_dir():
+        raise SciperfError(f"data.dir={data} does not exist (run `sciperf prepare` first)")
+    instances = int(cfg.get("instances", 1))
+    resolve_files(cfg, RankInfo(world=max(alloc.tasks // instances, 1),
+                                local_size=alloc.tasks_per_node), get(cfg.workload))
 
 
 def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
@@ -102,9 +121,10 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
     dry = bool(cfg.get("dry_run", False))
     if job.kind != "local":  # the script goes there: a bad path is one line, now
         _check_output(cfg, Path(job.output_dir), dry or program is not None)
-    if not dry and program is None and not Path(job.program.data_dir or "").is_dir():
-        raise SciperfError(f"data.dir={job.program.data_dir} does not exist "
-                           f"(run `sciperf prepare` first)")
+    elif not dry and program is None:  # what rank 0 would refuse while the others wait
+        _check_output(cfg, Path(job.output_dir), False)
+    if not dry and program is None:
+        _check_dataset(cfg, job.alloc)
     if job.kind == "local":
         print(job.text, end="", file=sys.stdout if dry else sys.stderr, flush=True)
         if dry:
@@ -131,4 +151,6 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         print(job_id, flush=True)
         return 0
     print(f"sciperf launch: running {path}", file=sys.stderr, flush=True)
-    return subprocess.call(["bash", str(path)], env=env)
+    if "MASTER_PORT" not in env:  # the script's default port may be another job's
+        env["MASTER_PORT"] = str(DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port())
+    return run_script(str(path), env)

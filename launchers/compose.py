@@ -11,6 +11,7 @@ builds the program's command line from the run's overrides, and renders one of:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,10 +20,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sciperf.config import check_time_limit, config_dir
+from sciperf.config import check_time_limit, config_dir, time_limit_seconds
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 
+from . import options as typed
 from . import shell
 from .container import Container, make_container
 from .launcher import Allocation, Launcher, LocalLauncher, make_launcher, mpi_flavour
@@ -34,11 +36,15 @@ LAUNCH_KEYS = ("launcher", "container", "dry_run", "nodes", "time_limit", "syste
                "system.constraint", "system.setup")
 # keys the program gets from the composed config (choices) or rewritten (paths)
 PROGRAM_KEYS = ("workload", "framework", "experiment", "system", "data.dir", "output_dir")
+# host paths a container sees at the same place (bound there); a relative one given on the
+# command line is made absolute, the container's working directory being another
+SAME_PLACE_KEYS = ("data.stage_dir", "train.init_checkpoint")
 
 
 @dataclass(frozen=True)
 class Program:
-    """What runs in each rank: argv, plus the host paths the container must mount.
+    """What runs in each rank: argv, plus the host paths the container must mount (at
+    the same place: `binds`).
 
     With `path_args` the program is told `data.dir=` / `output_dir=` as the container
     sees them (for `sciperf train`); a custom program gets the mounts only.
@@ -53,10 +59,27 @@ class Program:
     def words(self, container: Container) -> list[str]:
         words = list(self.argv)
         if self.path_args and self.data_dir:
-            words.append(f"data.dir={container.data_path(self.data_dir)}")
+            words.append(f"data.dir={hydra_value(container.data_path(self.data_dir))}")
         if self.path_args and self.output_dir:
-            words.append(f"output_dir={container.output_path(self.output_dir)}")
+            words.append(f"output_dir={hydra_value(container.output_path(self.output_dir))}")
         return words
+
+
+# what Hydra's override grammar reads as a plain value; anything else is quoted
+HYDRA_PLAIN = re.compile(r"[\w/.+@%~:$-]+( [\w/.+@%~:$-]+)*")
+
+
+def hydra_value(text: str) -> str:
+    """`text` as one Hydra override value: a path holding a quote or a comma reached the
+    ranks raw and every rank failed to parse it ("token recognition error", "Ambiguous
+    value"). Quoted, a backslash needs escaping only before a quote or at the end."""
+    if HYDRA_PLAIN.fullmatch(text):
+        return text
+    if "${" in text:
+        raise SciperfError(f"{text}: a path holding '${{' reads as a config interpolation")
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
+                     text)
+    return f"'{escaped}'"
 
 
 def command(launcher: Launcher, container: Container, program: Program,
@@ -97,12 +120,16 @@ def default_program(cfg: DictConfig, overrides: Sequence[str] | None = None,
             argv.append(f"{key}={choices[key]}")
     for override in overrides or ():
         key = _key(override)
-        if not _is_launch_key(key) and key not in PROGRAM_KEYS:
+        if not _is_launch_key(key) and key not in PROGRAM_KEYS + SAME_PLACE_KEYS:
             argv.append(override)
-    stage = OmegaConf.select(cfg, "data.stage_dir", default=None)
-    binds = (f"{os.path.abspath(stage)}:{os.path.abspath(stage)}",) if stage else ()
+    binds = []
+    for key in SAME_PLACE_KEYS:  # absolute, and mounted where the host has them
+        if value := OmegaConf.select(cfg, key, default=None):
+            binds.append(os.path.abspath(str(value)))
+            if key in given:
+                argv.append(f"{key}={hydra_value(binds[-1])}")
     return Program(tuple(argv), os.path.abspath(cfg.data.dir), os.path.abspath(cfg.output_dir),
-                   binds)
+                   tuple(binds))
 
 
 @dataclass
@@ -167,17 +194,25 @@ def _check(cfg: DictConfig, launcher: Launcher, system: Mapping[str, Any]) -> tu
     return nodes, slurm
 
 
-def _check_ranks(cfg: DictConfig, alloc: Allocation) -> None:
+def _check_ranks(cfg: DictConfig, launcher: Launcher, alloc: Allocation) -> None:
     """What every rank of the training program would refuse after its start (a framework
-    import and the job's queue wait later): TensorFlow trains several ranks of an instance
-    through Horovod only."""
+    import and the job's queue wait later), checked against the ranks the launch starts."""
     instances = int(cfg.get("instances", 1))
-    world = alloc.tasks // instances if alloc.tasks % instances == 0 else alloc.tasks
+    if alloc.tasks % instances:
+        raise SciperfError(f"instances={instances} does not divide the {alloc.tasks} ranks "
+                           f"launcher={launcher.name} starts")
+    world = alloc.tasks // instances
     backend = OmegaConf.select(cfg, "distributed.backend", default="native")
     if cfg.framework.name == "tensorflow" and backend == "native" and world > 1:
         raise SciperfError(f"framework=tensorflow with {world} ranks needs "
                            "distributed.backend=horovod (native TF multi-worker is not "
-                           f"supported; launcher={cfg.launcher.name} starts {alloc.tasks})")
+                           f"supported; launcher={launcher.name} starts {alloc.tasks})")
+    if backend == "horovod" and world > 1 and launcher.name in ("local", "torchrun"):
+        raise SciperfError(f"distributed.backend=horovod needs MPI ranks: launcher=mpirun or "
+                           f"srun, not launcher={launcher.name}")
+    if instances > 1 and (int(cfg.train.checkpoint_every) or cfg.train.resume):
+        raise SciperfError("train.checkpoint_every / train.resume: not available in "
+                           f"throughput mode (instances={instances})")
 
 
 def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
@@ -190,7 +225,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     nodes, slurm = _check(cfg, launcher, system)
     alloc = launcher.allocation(nodes)
     if program is None:
-        _check_ranks(cfg, alloc)
+        _check_ranks(cfg, launcher, alloc)
     program = program or default_program(cfg, overrides)
     requeue = _requeue(cfg, slurm)
     if requeue is not None:
@@ -221,7 +256,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
 def _requeue(cfg: DictConfig, slurm: bool) -> int | None:
     """`launcher.requeue=true`: seconds before the time limit at which Slurm sends USR1
     (`launcher.signal_s`, default 300); None when off. Slurm systems only."""
-    if not OmegaConf.select(cfg, "launcher.requeue", default=False):
+    options = _plain(OmegaConf.select(cfg, "launcher", default=None))
+    if not typed.switch(options, "requeue", "launcher"):
         return None
     if not slurm:
         raise SciperfError("launcher.requeue=true needs a Slurm system (it renders sbatch's "
@@ -230,6 +266,15 @@ def _requeue(cfg: DictConfig, slurm: bool) -> int | None:
     if not isinstance(seconds, int) or not 1 <= seconds <= 65535:
         raise SciperfError(f"launcher.signal_s={seconds} must be 1..65535 seconds before the "
                            "time limit")
+    limit = str(OmegaConf.select(cfg, "time_limit", default="01:00:00"))
+    total = time_limit_seconds(check_time_limit(limit))
+    if total is not None and seconds >= total:  # USR1 would come at once: requeue forever
+        raise SciperfError(f"launcher.signal_s={seconds} must be less than time_limit={limit} "
+                           f"({total} s): Slurm would signal the checkpoint before training "
+                           "starts")
+    if int(cfg.get("instances", 1)) > 1:  # every rank refused it after the queue wait
+        raise SciperfError("launcher.requeue=true needs checkpoints, which throughput mode "
+                           f"(instances={cfg.instances}) does not write")
     return seconds
 
 
@@ -258,11 +303,27 @@ def _directives(cfg: DictConfig, launcher: Launcher, alloc: Allocation,
     lines.append(f"--time={limit}")
     for key in ("account", "partition", "qos", "constraint"):
         if system.get(key):
-            lines.append(f"--{key}={system[key]}")
-    lines.append(f"--output={Path(output_dir) / 'slurm-%j.out'}")
+            lines.append(_directive(f"--{key}", system[key], f"system.{key}"))
+    # Slurm expands %u, %x … in the log's path: a literal % is %%
+    log = str(Path(output_dir)).replace("%", "%%") + "/slurm-%j.out"
+    lines.append(_directive("--output", log, "output_dir"))
     if requeue is not None:  # USR1 to the batch shell, back to the queue, one output file
         lines += [f"--signal=B:USR1@{requeue}", "--requeue", "--open-mode=append"]
     return "\n".join(f"#SBATCH {line}" for line in lines)
+
+
+def _directive(option: str, value: Any, key: str) -> str:
+    """`option=value` as an #SBATCH line holds it: sbatch splits these lines at blanks
+    (`--output=/a b` was "Invalid directive found in batch script: b") and reads an
+    unquoted `#` as a comment, but takes a double-quoted value with `\\"` for a quote; a
+    backslash it drops, so a value with one is refused rather than changed."""
+    text = str(value)
+    if "\\" in text or "\n" in text:
+        raise SciperfError(f"{key}={text}: an #SBATCH line cannot hold a backslash or a line "
+                           "break")
+    if any(c.isspace() or c in "\"#'" for c in text):
+        return f'{option}="{text.replace(chr(34), chr(92) + chr(34))}"'
+    return f"{option}={text}"
 
 
 # Batch and host scripts. Shell variables inside the substituted values are not templates.

@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 
 from sciperf.errors import SciperfError
 
+from . import options as typed
+
 
 class Container:
     """Base: no wrapping, paths unchanged."""
@@ -20,8 +22,8 @@ class Container:
 
     def __init__(self, options: Mapping[str, Any], accelerators: int = 0) -> None:
         self.options = dict(options)
-        gpus = self.options.get("gpus", "auto")
-        self.gpus = accelerators > 0 if gpus in (None, "auto") else bool(gpus)
+        gpus = typed.switch(self.options, "gpus", "container", auto=True)
+        self.gpus = accelerators > 0 if gpus is None else gpus
 
     def data_path(self, host: str) -> str:
         return host
@@ -53,24 +55,39 @@ class _Image(Container):
     def output_path(self, host: str) -> str:
         return self.output_mount
 
+    # characters the bind syntax uses as separators (docker -v SRC:DST; apptainer's
+    # --bind list also splits at commas)
+    separators: ClassVar[str] = ":"
+
     def binds(self, data_dir: str | None, output_dir: str | None,
-              extra_binds: Sequence[str]) -> list[str]:
-        """`SRC:DST[:ro]` entries: data read-only, output writable, then the extra ones."""
+              same_place: Sequence[str]) -> list[str]:
+        """`SRC:DST[:ro]` entries: data read-only, output writable, the program's paths at
+        the same place, then `container.binds` as given."""
         binds = []
         if data_dir:
-            binds.append(f"{data_dir}:{self.data_mount}:ro")
+            binds.append(f"{self._host(data_dir, 'data.dir')}:{self.data_mount}:ro")
         if output_dir:
-            binds.append(f"{output_dir}:{self.output_mount}")
-        return binds + [str(b) for b in (*extra_binds, *(self.options.get("binds") or []))]
+            binds.append(f"{self._host(output_dir, 'output_dir')}:{self.output_mount}")
+        binds += [f"{self._host(p, 'a path')}:{p}" for p in same_place]
+        return binds + typed.words(self.options, "binds", "container")
+
+    def _host(self, path: str, key: str) -> str:
+        """A host path the bind syntax can hold: one with a separator in it would be cut
+        into other paths (`--bind D:/data:ro,/o,1:/results`)."""
+        if found := sorted({c for c in path if c in self.separators}):
+            raise SciperfError(f"container={self.name} cannot mount {key}={path}: its bind "
+                               f"syntax splits at {' and '.join(repr(c) for c in found)}")
+        return path
 
     def extra(self) -> list[str]:
-        return [str(a) for a in self.options.get("extra_args") or []]
+        return typed.words(self.options, "extra_args", "container")
 
 
 class Apptainer(_Image):
     """`apptainer exec --nv --bind …`: the host environment (rank variables) passes through."""
 
     name = "apptainer"
+    separators = ":,"
 
     def words(self, data_dir: str | None, output_dir: str | None,
               env_names: Sequence[str], extra_binds: Sequence[str] = ()) -> list[str]:

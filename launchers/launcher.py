@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from sciperf.config import check_port
 from sciperf.errors import SciperfError
 
+from . import options as typed
 from .shell import Expand
 
 MPI_FLAVOURS = ("pmix", "pmi2", "cray_shasta", "none")  # srun --mpi values sciperf accepts
@@ -72,12 +73,8 @@ class Launcher:
 
     def tasks_per_node(self) -> int:
         """Ranks per node: `launcher.tasks_per_node`, else one per GPU, else one."""
-        value = self.options.get("tasks_per_node")
-        if value is None:
-            value = int(self.system.get("accelerators_per_node") or 0) or 1
-        if int(value) < 1:
-            raise SciperfError(f"launcher.tasks_per_node={value} must be at least 1")
-        return int(value)
+        value = typed.count(self.options, "tasks_per_node", "launcher")
+        return value or int(self.system.get("accelerators_per_node") or 0) or 1
 
     def allocation(self, nodes: int) -> Allocation:
         return Allocation(nodes, self.tasks_per_node(),
@@ -93,7 +90,7 @@ class Launcher:
         raise NotImplementedError
 
     def extra(self) -> list[str]:
-        return [str(a) for a in self.options.get("extra_args") or []]
+        return typed.words(self.options, "extra_args", "launcher")
 
 
 class LocalLauncher(Launcher):
@@ -105,12 +102,8 @@ class LocalLauncher(Launcher):
 
     def tasks_per_node(self) -> int:
         """`launcher.nprocs`, else one per GPU, else one."""
-        value = self.options.get("nprocs")
-        if value is None:
-            return int(self.system.get("accelerators_per_node") or 0) or 1
-        if int(value) < 1:
-            raise SciperfError(f"launcher.nprocs={value} must be at least 1")
-        return int(value)
+        value = typed.count(self.options, "nprocs", "launcher")
+        return value or int(self.system.get("accelerators_per_node") or 0) or 1
 
     def words(self, alloc: Allocation, slurm: bool) -> list[str]:
         return []
@@ -145,7 +138,7 @@ class MpirunLauncher(Launcher):
             # all-reduce must yield, not spin (measured: 2 Horovod ranks on 2 cores went
             # from ~90 to ~125 samples/s on mini CosmoFlow).
             words += ["--mca", "mpi_yield_when_idle", "1"]
-        for name in (*self.exported, *(self.options.get("env") or [])):
+        for name in (*self.exported, *typed.words(self.options, "env", "launcher")):
             words += ["-x", str(name)]
         return words + self.extra()
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from sciperf.errors import SciperfError
 
@@ -67,12 +68,83 @@ def run_local(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
     A rank that exits non-zero (or is killed) stops the others within `grace_s`; SIGINT
     and SIGTERM to this process stop all ranks the same way.
     """
+    procs: list[subprocess.Popen] = []
+    with _caught_signals() as caught:
+        return _supervise(commands, procs, caught, grace_s, poll_s)
+
+
+@contextlib.contextmanager
+def _caught_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM noted (in the main thread) instead of raised while children run,
+    so the supervisor stops them all before it returns."""
     caught: list[int] = []
     handlers: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             handlers[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
-    procs: list[subprocess.Popen] = []
+    try:
+        yield caught
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def run_script(path: str, env: Mapping[str, str], grace_s: float = 30.0,
+               poll_s: float = 0.1) -> int:
+    """`bash path` (a rendered host script: mpirun, torchrun) in its own process group,
+    its status returned; SIGINT/SIGTERM to `sciperf launch` reach the whole group — the
+    launcher and its ranks — which gets `grace_s` to write its aborted records before
+    SIGKILL (the script kept running when only `sciperf launch` ended)."""
+    with _caught_signals() as caught:
+        try:
+            proc = subprocess.Popen(["bash", path], env=dict(env), start_new_session=True)
+        except OSError as exc:
+            raise SciperfError(f"cannot start bash: {exc.strerror or exc}") from exc
+        try:
+            while (code := proc.poll()) is None and not caught:
+                time.sleep(poll_s)
+            return exit_code(code) if code is not None else 128 + caught[0]
+        finally:
+            if proc.poll() is None or _session_members(proc.pid):
+                stop_session(proc, grace_s)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes of session `sid` (zombies excluded), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def stop_session(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the script's process group (the shell and mpirun/torchrun), wait until
+    nothing of its session lives — mpirun forwards the signal to ranks it put in groups of
+    their own — then SIGKILL what is left. Waiting for the shell alone was not enough: it
+    ends at once on SIGTERM, and the SIGKILL that followed took mpirun before it had
+    passed the signal on, leaving both ranks running."""
+    _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the shell: a zombie leader still holds its group
+        if not _session_members(proc.pid):
+            break
+        time.sleep(0.1)
+    for pid in _session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _supervise(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+               procs: list[subprocess.Popen], caught: list[int], grace_s: float,
+               poll_s: float) -> int:
+    """run_local's loop: start every rank, watch them, stop all on the first failure."""
     try:
         for argv, env in commands:
             try:
@@ -100,5 +172,3 @@ def run_local(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
             time.sleep(poll_s)
     finally:
         stop_all([p for p in procs if p.poll() is None], grace_s)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -41,11 +41,19 @@ class Comm:
                     f"Horovod sees rank {self.hvd.rank()}/{self.hvd.size()} but the launcher "
                     f"environment ({info.source}) says {info.rank}/{info.world}")
             return
-        dist.init_process_group(
-            "nccl" if device.type == "cuda" else "gloo",
-            init_method=f"tcp://{info.master_addr}:{info.master_port}",
-            rank=info.rank, world_size=info.world,
-            timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            dist.init_process_group(
+                "nccl" if device.type == "cuda" else "gloo",
+                init_method=f"tcp://{info.master_addr}:{info.master_port}",
+                rank=info.rank, world_size=info.world,
+                timeout=datetime.timedelta(seconds=timeout_s))
+        except dist.DistNetworkError as exc:
+            if "EADDRINUSE" not in str(exc) and "address already in use" not in str(exc):
+                raise
+            # another job's rendezvous holds the port: a traceback per rank before
+            raise SciperfError(f"MASTER_PORT={info.master_port} on {info.master_addr} is in "
+                               "use (another job?): give this job another port "
+                               "(MASTER_PORT=…)") from None
 
     @property
     def active(self) -> bool:

@@ -38,3 +38,16 @@ def test_a_single_rank_joins_a_group_only_when_asked(grouped: bool) -> None:
     finally:
         comm.close()
     assert not dist.is_initialized()
+
+
+def test_a_rendezvous_port_in_use_is_one_line() -> None:
+    """Another job listening on MASTER_PORT: rank 0's store could not bind and every rank
+    printed torch's DistNetworkError traceback (EADDRINUSE)."""
+    from sciperf.errors import SciperfError
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SciperfError, match=f"^MASTER_PORT={port} on 127.0.0.1 is in use"):
+            Comm(RankInfo(rank=0, world=2, master_port=port, source="test"), "native",
+                 torch.device("cpu"), timeout_s=5)

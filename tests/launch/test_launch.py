@@ -24,6 +24,7 @@ from sciperf.errors import SciperfError
 
 launchers = pytest.importorskip("sciperf_launchers")
 from sciperf_launchers import Program, command, job_env, launch, plan, submit  # noqa: E402
+from sciperf_launchers.compose import hydra_value  # noqa: E402
 from sciperf_launchers.local import free_port  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots" / "launch"
@@ -262,6 +263,44 @@ def test_host_script_without_slurm() -> None:
     (["launcher=srun", "system=slurm-gpu-node", "launcher.tasks_per_node=0"],
      "launcher.tasks_per_node=0 must be at least 1"),
     (["launcher=local", "launcher.nprocs=0"], "launcher.nprocs=0 must be at least 1"),
+    # launcher/container options of the wrong type (they were a traceback, rounded, split
+    # into characters or taken as true)
+    (["launcher=local", "launcher.nprocs=abc"], "launcher.nprocs=abc must be a whole number"),
+    (["launcher=mpirun", "launcher.tasks_per_node=2.7"],
+     "launcher.tasks_per_node=2.7 must be a whole number"),
+    (["launcher=mpirun", "launcher.extra_args=--oversubscribe"],
+     "launcher.extra_args=--oversubscribe must be a list of words, e.g. "
+     "launcher.extra_args=[--oversubscribe]"),
+    (["launcher=mpirun", "launcher.env=FOO"], "launcher.env=FOO must be a list of words"),
+    (["launcher=srun", "system=slurm-gpu-node", "container=apptainer", "container.image=x.sif",
+      "container.binds=/a:/b"], "container.binds=/a:/b must be a list of words"),
+    (["launcher=srun", "system=slurm-gpu-node", "launcher.requeue=maybe"],
+     "launcher.requeue=maybe must be true or false"),
+    (["launcher=srun", "system=slurm-gpu-node", "container=docker", "container.image=x",
+      "container.gpus=maybe"], "container.gpus=maybe must be true, false or auto"),
+    # requests the job (every rank, after the queue wait) refused
+    (["launcher=local", "launcher.nprocs=2", "instances=3"],
+     "instances=3 does not divide the 2 ranks launcher=local starts"),
+    (["launcher=local", "launcher.nprocs=2", "distributed.backend=horovod"],
+     "distributed.backend=horovod needs MPI ranks: launcher=mpirun or srun, not "
+     "launcher=local"),
+    (["launcher=local", "launcher.nprocs=2", "instances=2", "train.resume=auto"],
+     "train.checkpoint_every / train.resume: not available in throughput mode"),
+    (["launcher=srun", "system=slurm-gpu-node", "launcher.tasks_per_node=2", "instances=2",
+      "launcher.requeue=true"], "launcher.requeue=true needs checkpoints, which throughput"),
+    (["launcher=srun", "system=slurm-gpu-node", "launcher.requeue=true", "time_limit=2"],
+     "launcher.signal_s=300 must be less than time_limit=2 (120 s)"),
+    (["launcher=srun", "system=slurm-gpu-node", "launcher.requeue=true", "time_limit=60",
+      "launcher.signal_s=3600"], "launcher.signal_s=3600 must be less than time_limit=60 "
+                                 "(3600 s)"),
+    # paths the bind syntax would cut: apptainer splits its list at ',' and ':'
+    (["launcher=srun", "system=slurm-gpu-node", "container=apptainer", "container.image=x.sif",
+      "output_dir='/tmp/o,1'"], "container=apptainer cannot mount output_dir=/tmp/o,1: its "
+                                "bind syntax splits at ','"),
+    (["launcher=srun", "system=slurm-gpu-node", "container=docker", "container.image=x",
+      "data.dir=/tmp/d:1"], "container=docker cannot mount data.dir=/tmp/d:1"),
+    (["launcher=srun", "system=slurm-gpu-node", "output_dir=/tmp/a\\b"],
+     "an #SBATCH line cannot hold a backslash"),
     # every rank refused it after its start (and the job's queue wait), once per rank
     (["framework=tensorflow", "launcher=local", "launcher.nprocs=2"],
      "framework=tensorflow with 2 ranks needs distributed.backend=horovod"),
@@ -278,14 +317,44 @@ def test_impossible_requests_are_one_line_errors(extra: list[str], needle: str) 
 
 
 @pytest.mark.parametrize("extra", [
-    ["launcher.nprocs=2", "distributed.backend=horovod"],
-    ["launcher.nprocs=1"],
-    ["launcher.nprocs=2", "instances=2"],  # two one-rank instances
+    ["launcher=mpirun", "launcher.tasks_per_node=2", "distributed.backend=horovod"],
+    ["launcher=local", "launcher.nprocs=1"],
+    ["launcher=local", "launcher.nprocs=2", "instances=2"],  # two one-rank instances
 ])
 def test_tensorflow_ranks_that_need_no_native_collectives_are_planned(extra: list[str]) -> None:
-    overrides = [f"output_dir={OUT}", "framework=tensorflow", "launcher=local", *extra]
+    overrides = [f"output_dir={OUT}", "framework=tensorflow", *extra]
     job = plan(compose(overrides), overrides=overrides)
-    assert job.alloc.tasks == int(extra[0].split("=")[1])
+    assert job.alloc.tasks == int(extra[1].split("=")[1])
+
+
+@pytest.mark.parametrize("name", ["o'q", "o,1", "a b$c", "t\\", "x=y", "[a]", 'q"q'])
+def test_program_paths_reach_the_ranks_as_hydra_reads_them(tmp_path: Path, name: str) -> None:
+    """A path holding a quote or a comma reached the ranks raw: each rank failed to parse
+    it ("token recognition error", "Ambiguous value")."""
+    out = tmp_path / name
+    overrides = [f"output_dir={hydra_value(str(out))}", "launcher=local"]
+    cfg = compose(overrides)
+    assert cfg.output_dir == str(out)
+    program = next(w for w in plan(cfg, overrides=overrides).groups[2]
+                   if w.startswith("output_dir="))
+    assert compose([program]).output_dir == str(out)
+
+
+def test_relative_stage_dir_and_init_checkpoint_are_bound_where_the_host_has_them(
+        tmp_path: Path, monkeypatch) -> None:
+    """The program was told `data.stage_dir=stage` — relative to the container's working
+    directory — and an init checkpoint file was passed on but never mounted."""
+    monkeypatch.chdir(tmp_path)
+    overrides = ["workload=openfold", "launcher=srun", "system=slurm-gpu-node",
+                 "container=apptainer", "container.image=x.sif", "data.stage_dir=stage",
+                 "train.init_checkpoint=ckpt/init.pt", f"output_dir={OUT}", f"data.dir={DATA}"]
+    words = plan(compose(overrides), overrides=overrides).groups
+    binds = words[1][words[1].index("--bind") + 1].split(",")
+    assert binds[2:] == [f"{tmp_path}/stage:{tmp_path}/stage",
+                         f"{tmp_path}/ckpt/init.pt:{tmp_path}/ckpt/init.pt"]
+    assert f"data.stage_dir={tmp_path}/stage" in words[2]
+    assert f"train.init_checkpoint={tmp_path}/ckpt/init.pt" in words[2]
+    assert not any(w.endswith("=stage") or w.endswith("=ckpt/init.pt") for w in words[2])
 
 
 def test_submit_without_sbatch_is_a_clear_error(tmp_path: Path) -> None:
@@ -403,6 +472,56 @@ def test_torchrun_script_runs_two_ranks(tmp_path: Path, monkeypatch) -> None:
     _assert_consistent(_ranks(tmp_path, 2), "torchrun")
 
 
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+def test_sigterm_to_a_script_launch_stops_its_ranks(tmp_path: Path, launcher: str) -> None:
+    """`sciperf launch` ended on SIGTERM (143) but the script it ran — mpirun or torchrun
+    and both ranks — went on running."""
+    if shutil.which(launcher, path=job_env()["PATH"]) is None:
+        pytest.skip(f"{launcher} not installed")
+    extra = "'launcher.extra_args=[--oversubscribe]', " if launcher == "mpirun" else ""
+    code = (
+        "import sys\n"
+        "from sciperf.config import compose\n"
+        "from sciperf_launchers import Program, launch\n"
+        f"cfg = compose(['launcher={launcher}', 'launcher.tasks_per_node=2', {extra}"
+        f"'output_dir={tmp_path}'])\n"
+        f"prog = Program({_rank_program(tmp_path, 120).argv!r}, path_args=False)\n"
+        "sys.exit(launch(cfg, program=prog))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            env={**job_env(), "MASTER_PORT": str(free_port())})
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"rank{r}.json").exists() for r in (0, 1)):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.1)
+        pids = [info["pid"] for info in _ranks(tmp_path, 2)]
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 143
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.1)
+    assert alive == [], f"ranks still running after the launch ended: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of ours counts as ended
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 # --- the console verb --------------------------------------------------------------------
 
 def _has_launch_verb() -> bool:
@@ -454,7 +573,10 @@ def test_launch_checks_output_dir_before_rendering_or_submitting(tmp_path: Path)
     with pytest.raises(SciperfError, match="^output_dir=/proc/sciperf-x cannot be written"):
         run("/proc/sciperf-x", "dry_run=true")
     (tmp_path / "result_0.txt").write_text("old")
-    with pytest.raises(SciperfError, match="already holds a run \\(result_0.txt\\): the job"):
-        run(tmp_path)
+    for extra in ([], ["train.resume=auto"], ["launcher.requeue=true"]):
+        # resuming needs a checkpoint there: without one the job refuses the records too
+        with pytest.raises(SciperfError, match="already holds a run \\(result_0.txt\\) and no "
+                                               "checkpoint to resume: the job"):
+            run(tmp_path, *extra)
     run(tmp_path, "dry_run=true")  # rendering alone is fine
     assert (tmp_path / "launch.sbatch").is_file()

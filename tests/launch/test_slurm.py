@@ -66,14 +66,20 @@ def _job_state(job_id: str, env: dict[str, str]) -> tuple[str, str]:
 
 
 def test_srun_job_two_ranks_discover_one_world(slurm, tmp_path: Path) -> None:
+    """…into an output_dir whose name sbatch's directive parser and its log-name patterns
+    would cut or expand unless quoted: a blank ("Invalid directive found in batch script"),
+    `#` (a comment), a quote, `$`, and `%u` (Slurm's user-name pattern: the log went to a
+    folder that does not exist and the job failed without one)."""
+    out = tmp_path / 'o u%u $x #h "q"'
     overrides = ["system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
-                 f"output_dir={tmp_path}"]
+                 f"output_dir='{out}'"]
     job = plan(compose(overrides), program=Program((sys.executable, "-c", PRINT_RANK),
                                                     path_args=False))
     assert job.kind == "sbatch" and " --mpi=pmix " in job.text
-    script = write_script(tmp_path / "launch.sbatch", job.text)
+    out.mkdir()
+    script = write_script(out / "launch.sbatch", job.text)
     job_id, rc = _sbatch_wait(script, slurm, timeout=300)
-    log = (tmp_path / f"slurm-{job_id}.out").read_text()
+    log = (out / f"slurm-{job_id}.out").read_text()
     print(log)
     assert rc == 0 and _job_state(job_id, slurm) == ("COMPLETED", "0:0"), log
     infos = sorted((json.loads(line.split(" ", 1)[1]) for line in log.splitlines()
