@@ -315,7 +315,7 @@ def _with_checked_summaries(targets: Sequence[str | Path], ruleset: str) -> list
 def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -> list[Block]:
     """Score, measure and plot; PNGs go to `folder`; returns the document blocks."""
     groups = group_runs(_with_checked_summaries(targets, ruleset))
-    scores = [score_group(g) for g in groups]
+    scores = [score_group(g, ruleset) for g in groups]
     facts = [run_facts(r, g) for g in groups for r in g.runs]
     blocks: list[Block] = [
         ("h1", "sciperf report"),

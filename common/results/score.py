@@ -198,21 +198,21 @@ def rcp_review(group: Group, ruleset: str = RULESET) -> tuple[str | None, float]
     return f"{'pass' if ok else 'FAIL'}: {message}", factor if ok else 1.0
 
 
-def group_scaling(group: Group) -> tuple[float, str | None, str | None]:
+def group_scaling(group: Group, ruleset: str = RULESET) -> tuple[float, str | None, str | None]:
     """(factor, its source, RCP verdict): a committee's scaling.json wins over the RCP factor."""
-    rcp, rcp_factor = rcp_review(group)
+    rcp, rcp_factor = rcp_review(group, ruleset)
     committee = scaling_factor(group.folder)
     if group.folder is not None and (group.folder / "scaling.json").is_file():
         return committee, "scaling.json", rcp
     return rcp_factor, ("rcp" if rcp_factor != 1.0 else None), rcp
 
 
-def score_strong(group: Group) -> Score:
+def score_strong(group: Group, ruleset: str = RULESET) -> Score:
     """Time to solution of a strong-scaling group, with its verdict."""
     required = required_runs(group.benchmark, group.runs[0].path)
     n, ok = len(group.runs), group.converged
     dropped = n - len(ok)
-    factor, source, rcp = group_scaling(group)
+    factor, source, rcp = group_scaling(group, ruleset)
     scaled = {"scaling_factor": factor, "scaling_source": source, "rcp": rcp}
     if dropped > MAX_DROPPED:
         return Score(group, required, False, f"INVALID: {dropped} of {n} runs did not converge "
@@ -566,8 +566,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
                                                   str(g.runs[0].path)))
 
 
-def score_group(group: Group) -> Score:
-    return score_weak(group) if group.mode == "weak" else score_strong(group)
+def score_group(group: Group, ruleset: str = RULESET) -> Score:
+    """The group's score by the rules of `ruleset` (its RCPs for closed strong groups)."""
+    return score_weak(group) if group.mode == "weak" else score_strong(group, ruleset)
 
 
 class Scores(list[Score]):
@@ -582,7 +583,8 @@ class Scores(list[Score]):
 def score(targets: Sequence[str | Path], ruleset: str = RULESET) -> Scores:
     """Every group's score under `targets` (files or directories), by the summarizer's rules."""
     sel = select(targets)
-    return Scores((score_group(g) for g in group_runs(_load(sel.files, ruleset))), sel)
+    return Scores((score_group(g, ruleset) for g in group_runs(_load(sel.files, ruleset))),
+                  sel)
 
 
 def skip_lines(scores: Sequence[Score]) -> list[str]:
