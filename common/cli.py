@@ -345,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
+    if debug:  # the ranks `sciperf launch` starts (or submits) inherit it
+        os.environ["SCIPERF_DEBUG"] = "1"
     try:
         _check_options(args)
         return VERBS[args.verb][1](args)

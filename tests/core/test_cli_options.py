@@ -8,6 +8,7 @@ command in a BrokenPipeError traceback.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,15 @@ def test_a_closed_pipe_ends_quietly_as_sigpipe(published_results):
                           capture_output=True, text=True, check=False, timeout=300)
     assert proc.stdout.strip() == "status=141"
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_debug_reaches_the_ranks_a_launch_starts(monkeypatch, capsys):
+    """`sciperf --debug launch …` showed tracebacks for launch's own errors only: the ranks
+    it starts (or submits) read SCIPERF_DEBUG, which it now sets for them."""
+    from sciperf import cli
+    monkeypatch.delenv("SCIPERF_DEBUG", raising=False)
+    assert cli.main(["show", "--debug"]) == 0
+    capsys.readouterr()
+    assert os.environ["SCIPERF_DEBUG"] == "1"
+    from sciperf_launchers import job_env
+    assert job_env()["SCIPERF_DEBUG"] == "1"
