@@ -135,9 +135,12 @@ def latest(out: Path) -> Found | None:
         if why is None:
             try:
                 driver = json.loads((path / DRIVER).read_text())
-                return Found(path, int(driver["epochs"]), driver, tuple(skipped))
-            except (ValueError, KeyError, TypeError) as exc:
+            except ValueError as exc:
                 why = f"{DRIVER} is unusable ({type(exc).__name__})"
+            else:
+                why = driver_problem(driver)
+                if why is None:
+                    return Found(path, int(driver["epochs"]), driver, tuple(skipped))
         skipped.append((path, why))
     if skipped:
         lines = "; ".join(f"{p}: {why}" for p, why in skipped)
@@ -145,26 +148,95 @@ def latest(out: Path) -> Found | None:
     return None
 
 
-# keys that say where and how a run is kept, not what it trains
+# what the driver's fields must be (a hand-edited or foreign driver.json whose manifest
+# matches was a KeyError traceback in the middle of the resume)
+DRIVER_FIELDS: dict[str, tuple[type, ...]] = {
+    "format": (int,), "epochs": (int,), "history": (list,), "train_samples_seen": (int,),
+    "train_seconds": (int, float), "config_hash": (str,), "world": (int,),
+    "run_start": (int, float, type(None)), "resumed": (list,),
+    "epoch_progress": (dict, type(None)),
+}
+
+
+def driver_problem(driver: Any) -> str | None:
+    """Why a driver.json cannot be resumed from (None: it can)."""
+    if not isinstance(driver, dict):
+        return f"{DRIVER} is not an object"
+    if driver.get("format") != FORMAT:
+        return f"{DRIVER} format {driver.get('format')!r} is not {FORMAT}"
+    for key, kinds in DRIVER_FIELDS.items():
+        value = driver.get(key)
+        if key not in driver or isinstance(value, bool) or not isinstance(value, kinds):
+            return f"{DRIVER} has no usable {key!r}"
+    if driver["epochs"] < 0 or driver["world"] < 1:
+        return f"{DRIVER} holds epochs={driver['epochs']}, world={driver['world']}"
+    progress = driver["epoch_progress"]
+    if progress is not None and (set(progress) != set(PROGRESS_FIELDS) or not all(
+            isinstance(progress[k], int | float) and not isinstance(progress[k], bool)
+            for k in PROGRESS_FIELDS)):
+        return f"{DRIVER} has no usable 'epoch_progress'"
+    return None
+
+
+# sciperf.backends.EpochProgress's fields (a test keeps the two equal)
+PROGRESS_FIELDS = ("steps", "samples", "loss_sum", "seconds")
+
+
+# keys that say where and how a run is kept, run or reported, not what it trains: a resume
+# may change them (more epochs, other threads or loader workers, a longer grace)
 NOT_TRAINING = (("train", "resume"), ("train", "overwrite"), ("train", "checkpoint_every"),
-                ("train", "checkpoint_keep"), ("train", "max_epochs"), ("framework", "malloc"),
-                ("framework", "inter_op_threads"))
+                ("train", "checkpoint_keep"), ("train", "max_epochs"),
+                ("train", "term_grace_s"), ("train", "save_weights"), ("train", "log_every"),
+                ("framework", "malloc"), ("framework", "threads"),
+                ("framework", "inter_op_threads"), ("data", "workers"), ("data", "prefetch"),
+                ("data", "stage_workers"), ("data", "prepare_workers"),
+                ("distributed", "timeout_s"), ("", "time_limit"), ("", "nodes"),
+                ("", "dry_run"), ("", "launcher"), ("", "container"))
+
+
+def resume_config(cfg: Any) -> dict[str, Any]:
+    """The config a checkpoint must share with the run resuming it: the experiment's
+    (config_hash's), without the keys of :data:`NOT_TRAINING`."""
+    from sciperf.config import hashed_config
+    return hashed_config(cfg, ignore=NOT_TRAINING)
 
 
 def resume_hash(cfg: Any) -> str:
-    """The config hash a checkpoint must share with the run resuming it (the experiment's,
-    without the keys of :data:`NOT_TRAINING`: more epochs may be granted on resume)."""
+    """The hash of :func:`resume_config`."""
     from sciperf.config import config_hash
     return config_hash(cfg, ignore=NOT_TRAINING)
 
 
-def check_matches(found: Found, config_hash: str, world: int) -> None:
+def check_matches(found: Found, config_hash: str, world: int,
+                  config: dict[str, Any] | None = None) -> None:
     """A checkpoint continues only the run it was taken from: same config (bar the keys
-    that do not change the training: output, resume, checkpointing) and rank count."""
+    that do not change the training: output, resume, checkpointing) and rank count. The
+    keys that differ are named when the checkpoint keeps its config (it was hashes only)."""
     if found.driver.get("config_hash") != config_hash:
-        raise SciperfError(f"{found.path}: taken with another configuration "
-                           f"(config hash {found.driver.get('config_hash')}, this run "
-                           f"{config_hash}); resume with the original overrides")
+        saved = found.driver.get("config")
+        if isinstance(saved, dict) and config is not None:
+            from sciperf.config import differences
+            keys = differences(saved, config)
+            shown = ", ".join(f"{k}={_short(_at(saved, k))} (now {_short(_at(config, k))})"
+                              for k in keys[:4]) + (", …" if len(keys) > 4 else "")
+            what = f"it had {shown}" if keys else "another configuration"
+        else:
+            what = (f"config hash {found.driver.get('config_hash')}, this run "
+                    f"{config_hash}")
+        raise SciperfError(f"{found.path}: taken with another configuration ({what}); resume "
+                           "with the original overrides")
     if int(found.driver.get("world", world)) != world:
         raise SciperfError(f"{found.path}: taken with {found.driver.get('world')} ranks, "
                            f"this run has {world}")
+
+
+def _at(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _short(value: Any) -> str:
+    text = "(unset)" if value is None else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -313,9 +313,13 @@ class Terminated(BaseException):
     """SIGTERM/SIGHUP arrived (job cancelled, or the launcher is tearing down after a peer
     rank died); raised so the run still writes `run_stop aborted` before exiting."""
 
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
 
 def _on_signal(signum: int, _frame: object) -> None:
-    raise Terminated(signal.Signals(signum).name)
+    raise Terminated(signum)
 
 
 # the verbs each option means something to; given to another verb it was ignored in silence
@@ -358,14 +362,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"sciperf {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"sciperf {args.verb}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        records = getattr(exc, "sciperf_records", None)  # a run names what it left
+        print(f"sciperf {args.verb}: interrupted" + (f" ({records})" if records else ""),
+              file=sys.stderr)
         return 130
     except Terminated as exc:
         records = getattr(exc, "sciperf_records", "nothing written")
         if not getattr(exc, "sciperf_quiet", False):  # a rank that writes no records
             print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
-        return 143
+        return 128 + exc.signum  # as the shell reports a process the signal ended
     finally:
         if argv is None:  # the console script: only the interpreter's exit is left
             _ignore_late_signals()

@@ -564,14 +564,36 @@ def to_container(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def config_hash(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> str:
-    """Identify an experiment: hash of the resolved config without run-local paths (and
-    without the (section, key) pairs of `ignore`)."""
+def hashed_config(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The resolved config an experiment is identified by: without run-local paths and
+    the (section, key) pairs of `ignore` (section "": a top-level key)."""
     data = to_container(cfg)
     for section, key in ignore:
-        data.get(section, {}).pop(key, None)
+        (data if not section else data.get(section, {})).pop(key, None)
     data.pop("output_dir", None)
     data.get("data", {}).pop("dir", None)
     data.get("data", {}).pop("stage_dir", None)
-    blob = json.dumps(data, sort_keys=True).encode()
+    return data
+
+
+def config_hash(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> str:
+    """Identify an experiment: hash of :func:`hashed_config`."""
+    blob = json.dumps(hashed_config(cfg, ignore), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def flat(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys → leaf values."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two nested configs, sorted."""
+    fa, fb = flat(a), flat(b)
+    return sorted(k for k in set(fa) | set(fb) if repr(fa.get(k)) != repr(fb.get(k)))

@@ -183,9 +183,9 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     # dataset is a refusal, not a run that stopped (docs/architecture.md, rule 10)
     plan = resolve_files(cfg, info, workload)
     out = Path(cfg.output_dir)
-    found = _resume_point(cfg, out, info)
-    output.claim(out, bool(cfg.train.overwrite), rank == 0, info.instance, info.instances,
-                 resuming=found is not None)
+    found, replace = _resume_point(cfg, out, info)
+    output.claim(out, bool(cfg.train.overwrite) or replace, rank == 0, info.instance,
+                 info.instances, resuming=found is not None)
     log_path = out / result_file(info.instance)
     if found is not None and rank == 0:  # the resumed run continues the log it left
         _continue_log(found, log_path)
@@ -199,6 +199,8 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     state = RunState(world=world, image=image, precision=choice, backend=backend,
                      malloc=malloc)
     state.resume_from, state.t0 = found, t0
+    if found is not None:  # before anything can fail: an abort's records then continue the
+        _restore_driver(found, state)  # resumed log (run_stop, history), not a blank run
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
         with _shielded():
@@ -256,7 +258,7 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
                                                      mll, workload)
     backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
     if found is not None:
-        _resume(found, backend, state, info)
+        _resume(found, backend)
     elif not staged_in_run:  # hpc 3.0: staging and setup precede run_start
         mll.end("init_stop")
     backend.barrier()
@@ -325,29 +327,58 @@ def _check_memory(cfg: Any, workload: Workload, info: RankInfo) -> None:
                  f"workload={workload.name} experiment={cfg.experiment}")
 
 
-def _resume_point(cfg: Any, out: Path, info: RankInfo) -> checkpoint.Found | None:
+def _resume_point(cfg: Any, out: Path,
+                  info: RankInfo) -> tuple[checkpoint.Found | None, bool]:
     """The checkpoint `train.resume=auto` continues from (None: start anew), checked
-    against this run's configuration and rank count; skipped ones named on rank 0."""
+    against this run's configuration and rank count; skipped ones named on rank 0. The
+    flag: the earlier run died before its first checkpoint, so the new one takes its place
+    (a requeued job preempted that early failed on its own records every time)."""
     every = int(cfg.train.checkpoint_every)
     if (every or cfg.train.resume) and info.instances > 1:
         raise SciperfError("train.checkpoint_every / train.resume: not available in "
                            f"throughput mode (instances={info.instances})")
     if cfg.train.resume != "auto":
-        return None
+        return None, False
+    earlier = _earlier_status(out / summary_file(info.instance, info.instances))
+    if earlier == "success":  # it met the target; a resume would rewrite it as open
+        raise SciperfError(f"output_dir={out} holds a run that reached its target: "
+                           "train.resume=auto has nothing to continue (a new run needs a new "
+                           "directory or train.overwrite=true)")
     found = checkpoint.latest(out)
     if found is None:
-        if info.rank == 0:
-            print(f"train.resume=auto: no checkpoint in {checkpoint.folder(out)}; starting "
-                  "anew", flush=True)
-        return None
-    checkpoint.check_matches(found, checkpoint.resume_hash(cfg), info.world)
+        dead = earlier in DIED
+        if info.rank == 0 and (dead or not output.run_records(out)):
+            what = f"; the earlier run (status {earlier}) ended before it" if dead else ""
+            print(f"train.resume=auto: no checkpoint in {checkpoint.folder(out)}{what}; "
+                  "starting anew", flush=True)
+        return None, dead
+    checkpoint.check_matches(found, checkpoint.resume_hash(cfg), info.world,
+                             checkpoint.resume_config(cfg))
+    if found.epoch >= int(cfg.train.max_epochs):
+        raise SciperfError(f"{found.path}: the run already trained {found.epoch} epochs, "
+                           f"train.max_epochs={cfg.train.max_epochs}: nothing left to resume "
+                           "(raise train.max_epochs to train on)")
     if info.rank == 0:
         for path, why in found.skipped:
             print(f"skipped checkpoint {path}: {why}", flush=True)
         steps = (found.driver.get("epoch_progress") or {}).get("steps")
         inside = f", {steps} steps into epoch {found.epoch + 1}" if steps else ""
         print(f"resuming from {found.path} (after epoch {found.epoch}{inside})", flush=True)
-    return found
+    return found, False
+
+
+DIED = ("running", "error")  # summary statuses of a run that did not end by itself
+
+
+def _earlier_status(summary: Path) -> str | None:
+    """The status an earlier run's summary.json says (None: none, or unreadable — the
+    output_dir claim then speaks for the records)."""
+    try:
+        data = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return None
+    status = data.get("status") if isinstance(data, dict) else None
+    return status if isinstance(status, str) else None
 
 
 def _continue_log(found: checkpoint.Found, log: Path) -> None:
@@ -367,9 +398,10 @@ def _continue_log(found: checkpoint.Found, log: Path) -> None:
     os.replace(tmp, log)
 
 
-def _resume(found: checkpoint.Found, backend: Any, state: RunState, info: RankInfo) -> None:
-    """Backend state, then the driver's: epochs, history, samples and seconds, run_start."""
-    backend.load_state(found.path)
+def _restore_driver(found: checkpoint.Found, state: RunState) -> None:
+    """The driver's state of the checkpoint (checked by checkpoint.latest): epochs,
+    history, samples and seconds, run_start — set before the backend's state is loaded, so
+    a resume that fails there still closes the continued log with its run_stop."""
     d = found.driver
     state.epochs, state.history = int(d["epochs"]), list(d["history"])
     state.train_samples_seen, state.train_seconds = int(d["train_samples_seen"]), \
@@ -380,6 +412,11 @@ def _resume(found: checkpoint.Found, backend: Any, state: RunState, info: RankIn
     state.resumed = [*d.get("resumed", []), {"from_epoch": found.epoch,
                                              "checkpoint": str(found.path),
                                              "at_unix": time.time()}]
+
+
+def _resume(found: checkpoint.Found, backend: Any) -> None:
+    """The backend's state (weights, optimizer, RNG) of the checkpoint."""
+    backend.load_state(found.path)
 
 
 def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo,
@@ -400,6 +437,7 @@ def _checkpoint(cfg: Any, out: Path, state: RunState, info: RankInfo,
               "run_start": state.run_start, "resumed": state.resumed,
               "epoch_progress": asdict(progress) if progress else None,
               "config_hash": checkpoint.resume_hash(cfg), "world": state.world,
+              "config": checkpoint.resume_config(cfg),
               "workload": cfg.workload, "framework": cfg.framework.name}
     path = checkpoint.write(out, state.epochs, state.backend, json_safe(driver),
                             out / result_file(info.instance), int(cfg.train.checkpoint_keep),
@@ -449,8 +487,15 @@ def _stop_on_request(enabled: bool, on_term: bool) -> Iterator[None]:
     """SIGUSR1 — and SIGTERM when `on_term` — ask for a checkpoint and an early, resumable
     end (main thread only). A second SIGTERM ends the run at once (the CLI's handler)."""
     STOP.clear()
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    if not enabled:  # SIGUSR1's default action ended the run with no records at all
+        previous = signal.signal(signal.SIGUSR1, _usr1_ignored)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
         return
     previous = signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
     term = signal.getsignal(signal.SIGTERM)
@@ -468,6 +513,11 @@ def _stop_on_request(enabled: bool, on_term: bool) -> Iterator[None]:
         signal.signal(signal.SIGUSR1, previous)
         if on_term:
             signal.signal(signal.SIGTERM, term)
+def _usr1_ignored(_signum: int, _frame: Any) -> None:
+    print("SIGUSR1 ignored: this run writes no checkpoints (train.checkpoint_every=0), so it "
+          "cannot stop to be resumed; SIGTERM ends it", file=sys.stderr, flush=True)
+
+
 GRACE_S = 3.0  # after the watcher wrote the records: time for the main thread to exit itself
 _STOP = b"\0"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sciperf.config import differences
 from sciperf.errors import SciperfError
 from sciperf.results.summary import COMPARE, load_summary
 
@@ -65,17 +66,6 @@ def compare_table(paths: list[str]) -> str:
 SAME_EXPERIMENT = ("framework", "output_dir", "data.dir", "data.stage_dir")
 
 
-def _flat(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config as dotted keys → leaf values."""
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _differences(runs: list[dict[str, Any]]) -> list[str]:
     """The config keys whose values differ between the runs, beyond the framework (the
     config hash always differed: it covers the framework section). Summaries without their
@@ -83,8 +73,6 @@ def _differences(runs: list[dict[str, Any]]) -> list[str]:
     configs = [r.get("config") for r in runs]
     if not all(isinstance(c, dict) for c in configs):
         return ["config hash"] if len({r.get("config_hash") for r in runs}) > 1 else []
-    flats = [_flat(c) for c in configs]
-    keys = sorted(set().union(*flats))
+    keys = sorted({k for other in configs[1:] for k in differences(configs[0], other)})
     return [k for k in keys
-            if not any(k == s or k.startswith(s + ".") for s in SAME_EXPERIMENT)
-            and len({repr(f.get(k)) for f in flats}) > 1]
+            if not any(k == s or k.startswith(s + ".") for s in SAME_EXPERIMENT)]

@@ -169,6 +169,110 @@ def test_a_bad_state_file_is_one_line_and_never_runs(sciperf_cmd, tiny_mini_data
     assert "weights_only=False" not in proc.stderr and "succeed" not in proc.stderr
     assert len(lines[0]) < 400, lines[0]
     assert not marker.exists()
+    # the continued log and the summary agree: the resumed epoch-1 run stopped (the log had
+    # no run_stop, the summary said 0 epochs, no history, no run_start)
+    records = _records(out)
+    assert [r["metadata"]["status"] for r in records if r["key"] == "run_stop"] == ["aborted"]
+    summary = _summary(out)
+    assert (summary["status"], summary["epochs"], len(summary["history"])) == ("error", 1, 1)
+    assert summary["run_start_unix"] is not None
+
+
+def _edit_driver(folder: Path, edit) -> None:
+    """Change driver.json and give the manifest its new size and hash (a foreign or
+    hand-made checkpoint, not a damaged copy)."""
+    driver = json.loads((folder / "driver.json").read_text())
+    edit(driver)
+    (folder / "driver.json").write_text(json.dumps(driver))
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    manifest["files"]["driver.json"] = {"bytes": (folder / "driver.json").stat().st_size,
+                                        "sha256": checkpoint._sha256(folder / "driver.json")}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda d: d.pop("history"), "driver.json has no usable 'history'"),
+    (lambda d: d.update(format=2), "driver.json format 2 is not 1"),
+    (lambda d: d.update(epochs="3"), "driver.json has no usable 'epochs'"),
+    (lambda d: d.update(epoch_progress={"steps": 1}), "driver.json has no usable "
+                                                      "'epoch_progress'"),
+])
+def test_a_driver_that_does_not_hold_a_run_is_skipped_not_a_traceback(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path, edit, why: str) -> None:
+    """A driver.json without `history` (manifest matching) was a KeyError traceback in the
+    middle of the resume, after the records had been replaced."""
+    out = tmp_path / "run"
+    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    folder = checkpoint.folder(out) / "epoch_0001"
+    _edit_driver(folder, edit)
+    proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
+    assert proc.returncode == 2 and _sciperf_lines(proc) == [
+        f"sciperf train: error: train.resume=auto: no valid checkpoint ({folder}: {why})"]
+
+
+def test_progress_fields_are_the_backends(tmp_path: Path) -> None:
+    from dataclasses import fields
+
+    from sciperf.backends import EpochProgress
+    assert tuple(f.name for f in fields(EpochProgress)) == checkpoint.PROGRESS_FIELDS
+
+
+def test_a_finished_run_is_not_resumed(sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+    """A run that met its target, resumed from its older checkpoint, trained its last
+    epoch again and was rewritten as an open result; a checkpoint at max_epochs resumed
+    nothing and rewrote the records all the same."""
+    reached = tmp_path / "reached"
+    done = _train(sciperf_cmd, tiny_mini_data, reached, "pytorch", 3, "train.target=10")
+    assert done.returncode == 0 and _summary(reached)["status"] == "success", done.stderr
+    log = (reached / "result_0.txt").read_bytes()
+    again = _train(sciperf_cmd, tiny_mini_data, reached, "pytorch", 3, "train.target=10",
+                   "train.resume=auto")
+    assert again.returncode == 2 and _sciperf_lines(again) == [
+        f"sciperf train: error: output_dir={reached} holds a run that reached its target: "
+        "train.resume=auto has nothing to continue (a new run needs a new directory or "
+        "train.overwrite=true)"]
+    assert (reached / "result_0.txt").read_bytes() == log
+    spent = tmp_path / "spent"
+    _train(sciperf_cmd, tiny_mini_data, spent, "pytorch", 2)
+    log = (spent / "result_0.txt").read_bytes()
+    same = _train(sciperf_cmd, tiny_mini_data, spent, "pytorch", 2, "train.resume=auto")
+    assert same.returncode == 2 and "the run already trained 2 epochs, train.max_epochs=2: " \
+        "nothing left to resume" in same.stderr, same.stderr
+    assert (spent / "result_0.txt").read_bytes() == log
+
+
+def test_a_run_that_died_before_its_first_checkpoint_is_started_anew(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+    """kill -9 in epoch 1 (summary.json still `running`, no checkpoint): resume=auto said
+    "starting anew" and then refused the dead run's records — a requeued job failed so
+    every time."""
+    out = tmp_path / "run"
+    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    shutil.rmtree(checkpoint.folder(out))
+    summary = _summary(out)
+    summary["status"] = "running"  # what a SIGKILL'd run leaves
+    (out / "summary.json").write_text(json.dumps(summary))
+    proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the earlier run (status running) ended before it; starting anew" in proc.stdout
+    assert (_summary(out)["status"], _summary(out)["epochs"]) == ("aborted", 2)
+
+
+def test_keys_that_do_not_change_the_training_may_change_on_resume(
+        sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+    """framework.threads, data.workers, train.term_grace_s … were refused as "another
+    configuration"; a real difference is now named, not two hashes."""
+    out = tmp_path / "run"
+    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    other = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto",
+                   "opt.base_lr=0.5", "seed=3")
+    assert other.returncode == 2 and "taken with another configuration (it had " \
+        "opt.base_lr=" in other.stderr and "(now 0.5), seed=0 (now 3))" in other.stderr, \
+        other.stderr
+    proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto",
+                  "framework.threads=1", "data.workers=1", "train.term_grace_s=60",
+                  "train.log_every=5", "distributed.timeout_s=90")
+    assert proc.returncode == 1 and "resuming from" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
@@ -233,6 +337,21 @@ def test_a_stop_request_checkpoints_mid_epoch_and_the_resume_is_exact(
     _assert_same_run(whole, out, epochs=3)
     starts = [r["metadata"]["epoch_num"] for r in _records(out) if r["key"] == "epoch_start"]
     assert starts == [1, 2, 3]  # the interrupted epoch is logged once
+
+
+def test_sigusr1_without_checkpoints_is_said_and_ignored(sciperf_cmd, tiny_mini_data,
+                                                         tmp_path: Path,
+                                                         stop_inside_epoch) -> None:
+    """A run that writes no checkpoints cannot stop to be resumed: SIGUSR1's default
+    action ended it (exit 138) with no run_stop and summary.json saying `running`."""
+    out = tmp_path / "run"
+    cmd = [*sciperf_cmd, *BASE, "framework=pytorch", f"data.dir={tiny_mini_data}",
+           f"output_dir={out}", "train.max_epochs=3", "train.global_batch_size=8",
+           "train.checkpoint_every=0"]
+    ran = _stop_in_epoch_2(cmd, stop_inside_epoch, signal.SIGUSR1)
+    assert ran.returncode == 1, ran.stderr[-2000:]  # all epochs, target out of reach
+    assert "SIGUSR1 ignored: this run writes no checkpoints" in ran.stderr
+    assert (_summary(out)["status"], _summary(out)["epochs"]) == ("aborted", 3)
 
 
 def test_sigterm_waits_for_a_checkpoint_only_where_the_launcher_leaves_time(monkeypatch):

@@ -7,6 +7,7 @@ stderr, that line names the offending key/file/dir, and no traceback text.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def test_a_sigterm_is_said_once_by_the_writing_rank(monkeypatch, capsys, rank: i
     from sciperf import cli
 
     def verb(_args) -> int:
-        exc = cli.Terminated("SIGTERM")
+        exc = cli.Terminated(signal.SIGTERM)
         exc.sciperf_records = "run_stop aborted and summary.json written to OUT"
         exc.sciperf_quiet = rank != 0
         raise exc
@@ -144,3 +145,15 @@ def test_a_sigterm_is_said_once_by_the_writing_rank(monkeypatch, capsys, rank: i
     err = capsys.readouterr().err.splitlines()
     assert len(err) == lines
     assert all(ln.startswith("sciperf train: terminated by SIGTERM (run_stop") for ln in err)
+
+
+def test_sighup_ends_with_its_own_status(monkeypatch, capsys) -> None:
+    """SIGHUP ended the CLI with 143 (SIGTERM's status); the shell's reading is 129."""
+    from sciperf import cli
+
+    def verb(_args) -> int:
+        raise cli.Terminated(signal.SIGHUP)
+
+    monkeypatch.setitem(cli.VERBS, "train", (cli.VERBS["train"][0], verb))
+    assert cli.main(["train"]) == 129
+    assert capsys.readouterr().err.startswith("sciperf train: terminated by SIGHUP")
