@@ -10,7 +10,7 @@ Shared by every workload's synthetic generator.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +46,46 @@ def record(root: str | Path, fmt: str, request: dict[str, Any]) -> None:
     _write(Path(root), data)
 
 
-def forget(root: str | Path, fmt: str, layout: SampleLayout | None) -> None:
-    """Drop the entry of `fmt` and delete that format's samples (data and labels); with no
-    layout (container formats delete their own) only the entry."""
-    root = Path(root)
-    if (root / MANIFEST).is_file():
-        data = _read(root)
-        data.pop(fmt, None)
-        _write(root, data)
-    if layout is None:
-        return
+def claim(root: Path, present: Sequence[Path]) -> None:
+    """Before a generator deletes anything in `root`: files of the format there without
+    the manifest are someone's dataset (the reference's files, a download), which a
+    synthetic prepare deleted and replaced in silence — refused; otherwise the manifest is
+    written first (empty when new), the generator's mark, so that an interrupted first
+    generation is still the generator's to replace."""
+    if not (root / MANIFEST).is_file():
+        if present:
+            raise SciperfError(f"{present[0]}: a dataset sciperf's generator did not write "
+                               f"(no {MANIFEST} in {root}); refusing to replace it — train on "
+                               "it with data.source=existing, or choose another data.dir")
+        root.mkdir(parents=True, exist_ok=True)
+        _write(root, {})
+
+
+def _samples(root: Path, fmt: str, layout: SampleLayout) -> list[Path]:
+    """The sample files of `fmt` in every split (data and labels), hidden temporaries too."""
+    found = []
     for split in layout.splits:
         folder = root / split
         if folder.is_dir():
-            for path in list(folder.iterdir()):
+            for path in sorted(folder.iterdir()):
                 if path.name.endswith(layout.suffix[fmt]):
-                    for file in sample_files(path, fmt):
-                        file.unlink(missing_ok=True)
+                    found += sample_files(path, fmt)
+    return found
+
+
+def forget(root: str | Path, fmt: str, layout: SampleLayout | None,
+           present: Sequence[Path] = ()) -> None:
+    """Drop the entry of `fmt` and delete that format's samples (data and labels); with no
+    layout (container formats delete their own `present` files) only the entry. Refused
+    where the generator has not written before (:func:`claim`)."""
+    root = Path(root)
+    samples = _samples(root, fmt, layout) if layout is not None else []
+    claim(root, [*samples, *present])
+    data = _read(root)
+    data.pop(fmt, None)
+    _write(root, data)
+    for file in samples:
+        file.unlink(missing_ok=True)
 
 
 def rewrite(root: str | Path, fmt: str, layout: SampleLayout, counts: dict[str, int],

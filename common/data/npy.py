@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sciperf.data import atomic
+
 # Bytes of data read between two calls of a value check (`load_checked`): a piece this size
 # is still in the CPU cache when the check runs (512 KiB measured fastest on 16.8 MB int16,
 # 256 KiB and 1 MiB within 2 %, 2 and 4 MiB slower).
@@ -104,10 +106,8 @@ def mapped(path: str | Path) -> np.ndarray:
 
 def save(path: Path, arr: np.ndarray) -> None:
     """Write one array atomically (temporary name + rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic.replacing(path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, arr)
-    os.replace(tmp, path)
 
 
 def write_pair(folder: Path, name: str, x: np.ndarray, y: np.ndarray) -> Path:

@@ -87,3 +87,74 @@ def test_run_refuses_a_missing_pair_before_preparing(sciperf_cmd, tmp_path: Path
                     "experiment=mini", f"data.dir={data}", f"output_dir={out}")
     _one_line(proc, "tensorflow does not implement openfold")
     assert not data.exists() and not out.exists()
+
+
+# (workload, the reference's file in a split folder, the format it is)
+REAL = [("cosmoflow", "train/univ_ics_2019-03_a10000668_000.tfrecord", "tfrecord"),
+        ("deepcam", "train/data-2016-06-08-03-1.h5", "hdf5"),
+        ("oc20", "train/data.0000.lmdb", "lmdb")]
+
+
+@pytest.mark.parametrize(("workload", "name", "fmt"), REAL)
+def test_a_synthetic_prepare_never_replaces_a_dataset_it_did_not_write(
+        sciperf_cmd, tmp_path: Path, workload: str, name: str, fmt: str) -> None:
+    """A data.dir holding the reference's files (no sciperf_dataset.json): the synthetic
+    generator deleted them and wrote its own, exit 0 — a real dataset gone."""
+    data = tmp_path / "real"
+    real = data / name
+    real.parent.mkdir(parents=True)
+    real.write_bytes(b"the user's data")
+    proc = _sciperf(sciperf_cmd, "prepare", f"workload={workload}", "experiment=mini",
+                    f"data.dir={data}", f"data.format={fmt}", "data.train_samples=4",
+                    "data.eval_samples=4")
+    _one_line(proc, str(real), "a dataset sciperf's generator did not write",
+              "data.source=existing")
+    assert real.read_bytes() == b"the user's data"
+    assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) == \
+        sorted({name.split("/")[0], name})
+
+
+def test_an_interrupted_first_generation_is_still_the_generators(sciperf_cmd,
+                                                                 tmp_path: Path) -> None:
+    """The manifest is written before the first sample: the files of a generation killed
+    half-way (no finished entry) are replaced by the next prepare, not refused."""
+    from sciperf.data import manifest
+    data = tmp_path / "synth"
+    manifest.claim(data, [])
+    (data / "train").mkdir()
+    (data / "train" / "univ_synth_0000000.data.npy").write_bytes(b"half")
+    proc = _sciperf(sciperf_cmd, "prepare", "experiment=mini", f"data.dir={data}",
+                    "data.train_samples=4", "data.eval_samples=4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list((data / "train").glob("*.data.npy"))) == 4
+
+
+def _file_size_limit(limit: int):
+    """A kernel limit on file size for the child (no mount needed): writes past it fail
+    with EFBIG, as on a full disk, once SIGXFSZ is ignored."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize(("workload", "fmt", "limit"), [
+    ("cosmoflow", "npy", 64 << 10), ("deepcam", "hdf5", 64 << 10), ("deepcam", "npy", 64 << 10),
+    ("oc20", "npy", 2 << 10)])  # OC20's mini shards hold a few KiB
+def test_a_write_that_fails_is_one_line_and_leaves_no_temporary(
+        sciperf_cmd, tmp_path: Path, workload: str, fmt: str, limit: int) -> None:
+    """A full disk ended prepare in numpy's, h5py's or lmdb's traceback ("131072 requested
+    and 83904 written", "Input/output error") and left the hidden temporary behind."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
+    proc = subprocess.run([*sciperf_cmd, "prepare", f"workload={workload}", "experiment=mini",
+                           f"data.dir={data}", f"data.format={fmt}", "data.train_samples=4",
+                           "data.eval_samples=4"], capture_output=True, text=True,
+                          timeout=300, check=False, env=env,
+                          preexec_fn=_file_size_limit(limit))
+    line = _one_line(proc, "cannot be written (", "; is the disk full?)")
+    assert line.startswith(f"sciperf prepare: error: {data}/"), line
+    assert not [p for p in data.rglob(".*") if p.name.endswith(".tmp")]

@@ -21,7 +21,6 @@ framework adapters turn them into NCHW-with-channels-last-memory or NHWC tensors
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -32,7 +31,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from sciperf.data import npy
+from sciperf.data import atomic, npy
 from sciperf.data.layout import SampleLayout
 from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
 from sciperf.data.layout import sample_files as sample_files
@@ -241,12 +240,15 @@ def write_stats(path: str | Path, stats: dict[str, np.ndarray]) -> Path:
     problem = _non_finite_stats(stats)
     if problem:
         raise SciperfError(f"{path} not written: {problem}")
-    tmp = path.with_name(f".{path.name}.tmp")
-    with h5py.File(tmp, "w") as fh:
+    with atomic.replacing(path, H5_WRITE_ERRORS) as tmp, h5py.File(tmp, "w") as fh:
         for key in STATS_KEYS:
             fh.create_dataset(f"climate/{key}", data=np.asarray(stats[key], np.float64))
-    os.replace(tmp, path)
     return path
+
+
+# h5py reports a write that failed on close (a full disk) as RuntimeError ("Can't decrement
+# id ref count (unable to extend file properly, … 'File too large')")
+H5_WRITE_ERRORS = (OSError, RuntimeError)
 
 
 # --- samples ---------------------------------------------------------------------------------
@@ -411,11 +413,9 @@ def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray
     _check_format(fmt)
     if fmt == "hdf5":
         path = folder / f"{name}{SUFFIX['hdf5']}"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with h5py.File(tmp, "w") as fh:
+        with atomic.replacing(path, H5_WRITE_ERRORS) as tmp, h5py.File(tmp, "w") as fh:
             fh.create_dataset(DATA_KEY, data=np.asarray(x, np.float32))
             fh.create_dataset(LABEL_KEY, data=np.asarray(y, np.uint8))
-        os.replace(tmp, path)
         return path
     return npy.write_pair(folder, name, np.asarray(x, np.float32), np.asarray(y, np.uint8))
 

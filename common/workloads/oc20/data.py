@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import npy, pickles
+from sciperf.data import atomic, npy, pickles
 from sciperf.errors import SciperfError
 from sciperf.workloads.oc20 import spec
 
@@ -451,6 +451,9 @@ def write_lmdb(path: Path, structures: Sequence[Mapping[str, Any]]) -> None:
         finally:
             env.close()
         os.replace(tmp, path)
+    except (OSError, lmdb.Error) as exc:  # a full disk: lmdb's "Input/output error"
+        reason = atomic.why(exc).replace(f"{tmp}: ", "")  # lmdb names its temporary
+        raise SciperfError(f"{path}: cannot be written ({reason})") from None
     finally:  # a failure before the rename leaves no dot-file behind
         _remove(lock)
         _remove(tmp)
@@ -465,6 +468,8 @@ def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
         _write_arrays(tmp, folder, structures)
         _remove(folder)
         os.replace(tmp, folder)
+    except OSError as exc:
+        raise SciperfError(f"{folder}: cannot be written ({atomic.why(exc)})") from None
     finally:  # a failure before the rename (a value too wide for its dtype) leaves nothing
         _remove(tmp)
 
@@ -505,12 +510,15 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def format_containers(root: Path, fmt: str) -> list[Path]:
+    """A format's containers in every split (hidden temporaries of a write too)."""
+    stem = "data." if fmt == "lmdb" else "shard."
+    return [path for split in spec.SPLITS if (root / split).is_dir()
+            for path in sorted((root / split).iterdir())
+            if path.name.startswith((stem, "." + stem))]
+
+
 def remove_format(root: Path, fmt: str) -> None:
     """Delete a format's containers from every split (before a regeneration)."""
-    for split in spec.SPLITS:
-        folder = root / split
-        if folder.is_dir():
-            for path in folder.iterdir():
-                if path.name.startswith("data." if fmt == "lmdb" else "shard.") or \
-                        path.name.startswith(".data." if fmt == "lmdb" else ".shard."):
-                    _remove(path)
+    for path in format_containers(root, fmt):
+        _remove(path)

@@ -140,8 +140,9 @@ def generate(req: GenerateRequest, workers: int = 1, show_progress: bool = True)
     return the training split's force statistics over free atoms."""
     req.check()
     root = Path(req.root)
+    for fmt in data.FORMATS:  # the reference's own LMDB files are refused, not replaced
+        manifest.forget(root, fmt, None, data.format_containers(root, fmt))
     for fmt in data.FORMATS:
-        manifest.forget(root, fmt, None)
         data.remove_format(root, fmt)
     counts = {"train": req.train_samples, "validation": req.eval_samples}
     jobs = [(req, split, first, min(req.per_container, n - first))

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from sciperf.data import pickles
+from sciperf.data import atomic, pickles
 from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import residue_constants as rc
 from sciperf.workloads.openfold import spec
@@ -840,6 +840,5 @@ def _template_entry(root: str, pdb_id: str) -> TemplateEntry:
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write via a dot-named temporary beside `path`, so no reader sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    with atomic.replacing(path) as tmp:
+        tmp.write_bytes(data)
