@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 import pickle
 import struct
 from collections.abc import Callable, Mapping
@@ -152,6 +153,10 @@ def _rebuild_tensor(storage: np.ndarray, offset: int, size: tuple[int, ...],
         if all(size) else offset - 1
     if last >= storage.size:
         raise ValueError(f"tensor of size {size} overruns its storage of {storage.size}")
+    # zero strides repeat elements: a (10**7, 10**7) view of one element copied 364 TiB
+    if math.prod(size) > storage.size:
+        raise ValueError(f"tensor of size {size} holds more elements than its storage of "
+                         f"{storage.size}")
     view = np.lib.stride_tricks.as_strided(
         storage[offset:], shape=size, strides=tuple(s * storage.itemsize for s in stride))
     return np.array(view)

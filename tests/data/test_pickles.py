@@ -220,3 +220,13 @@ def test_writer_refuses_what_no_tensor_or_plain_value_holds() -> None:
                 {"x": {"nested": 1}}, {"x": np.array([None], object)}):
         with pytest.raises(TypeError):
             pickles.dumps(bad, PYG_DATA)
+
+
+def test_a_tensor_larger_than_its_storage_is_refused_not_allocated() -> None:
+    """A record's tensor of size (10**7, 10**7) over a one-element storage with zero
+    strides (what torch pickles for an expanded tensor) was copied out: numpy's
+    "Unable to allocate 364. TiB" traceback, and smaller sizes really took the memory."""
+    bomb = pickle.dumps({"pos": torch.ones(1).expand(10**7, 10**7)}, protocol=-1)
+    with pytest.raises(SciperfError, match=r"^data\.0000\.lmdb key 0: .*holds more elements "
+                                           r"than its storage of 1"):
+        pickles.loads(bomb, "data.0000.lmdb key 0")
