@@ -34,9 +34,25 @@ def _write(root: Path, data: dict[str, Any]) -> None:
     tmp.replace(root / MANIFEST)
 
 
-def complete(root: str | Path, fmt: str, request: dict[str, Any]) -> bool:
-    """True when `root` holds a finished dataset of `fmt` made with exactly `request`."""
-    return _read(Path(root)).get(fmt) == request
+def complete(root: str | Path, fmt: str, request: dict[str, Any],
+             layout: SampleLayout | None = None, counts: dict[str, int] | None = None) -> bool:
+    """True when `root` holds a finished dataset of `fmt` made with exactly `request` —
+    and, given the layout and the split counts, still holds that many samples of it (a
+    deleted split or file was "dataset ready", then a refusal in train pointing back at
+    prepare)."""
+    root = Path(root)
+    if _read(root).get(fmt) != request:
+        return False
+    if layout is None or counts is None:
+        return True
+    for split, count in counts.items():
+        folder = layout.split_dir(root, split)
+        names = [p for p in folder.iterdir() if p.name.endswith(layout.suffix[fmt])
+                 and not p.name.startswith(".")] if folder.is_dir() else []
+        if len(names) != count or not all(f.is_file() for p in names
+                                           for f in sample_files(p, fmt)):
+            return False
+    return True
 
 
 def record(root: str | Path, fmt: str, request: dict[str, Any]) -> None:

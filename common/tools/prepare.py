@@ -21,6 +21,11 @@ def prepare(cfg: Any, force: bool = False) -> None:
     source = cfg.data.source
     if source not in sources:
         raise SciperfError(f"data.source={source} is not one of {', '.join(sources)}")
-    if source != "existing":  # every other source writes into data.dir: refused up front
-        check_output_dir(Path(cfg.data.dir), "data.dir=")
+    data = Path(cfg.data.dir)
+    # every other source writes into data.dir: a path that cannot become a directory (a
+    # file, a path below a file, an unwritable parent) is refused before any source starts;
+    # an existing directory is left to the source, which says "dataset ready" for a
+    # complete set (on a read-only mount too) and checks it can write before it does
+    if source != "existing" and not data.is_dir():
+        check_output_dir(data, "data.dir=")
     sources[source](cfg, force)

@@ -5,6 +5,7 @@ one line naming it, exit 2, nothing generated."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_only_sources_that_write_probe_the_data_dir(monkeypatch, tmp_path: Path,
                for name in get("cosmoflow").dataset.prepare}
     monkeypatch.setattr(tool, "check_output_dir", unwritable)
     monkeypatch.setattr(tool, "get", lambda name: _with_sources(get(name), sources))
-    cfg = compose(["experiment=mini", f"data.source={source}", f"data.dir={tmp_path}"])
+    cfg = compose(["experiment=mini", f"data.source={source}",
+                   f"data.dir={tmp_path / 'new'}"])
     if source == "existing":
         tool.prepare(cfg)
         assert ran == ["existing"]
@@ -69,6 +71,11 @@ def test_only_sources_that_write_probe_the_data_dir(monkeypatch, tmp_path: Path,
         with pytest.raises(SciperfError, match="cannot be written"):
             tool.prepare(cfg)
         assert ran == []
+    # an existing directory is the source's to judge: a complete set on a read-only mount
+    # is "dataset ready" (the probe refused it), an incomplete one its check_writable
+    ran.clear()
+    tool.prepare(compose(["experiment=mini", f"data.source={source}", f"data.dir={tmp_path}"]))
+    assert ran == [source]
 
 
 def _with_sources(workload, sources):
@@ -158,3 +165,21 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_temporary(
     line = _one_line(proc, "cannot be written (", "; is the disk full?)")
     assert line.startswith(f"sciperf prepare: error: {data}/"), line
     assert not [p for p in data.rglob(".*") if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("workload", ["cosmoflow", "deepcam"])
+def test_a_set_missing_files_is_not_ready(sciperf_cmd, tmp_path: Path, workload: str) -> None:
+    """With the manifest intact but a train file and the validation split gone, prepare
+    said "dataset ready" and train then refused the short split, pointing back at prepare."""
+    data = tmp_path / "data"
+    args = ("prepare", f"workload={workload}", "experiment=mini", f"data.dir={data}",
+            "data.train_samples=4", "data.eval_samples=4")
+    assert _sciperf(sciperf_cmd, *args).returncode == 0
+    shutil.rmtree(data / "validation")
+    next((data / "train").glob("*.data.npy")).unlink()
+    again = _sciperf(sciperf_cmd, *args)
+    assert again.returncode == 0 and "dataset ready" not in again.stdout, again.stdout
+    assert len(list((data / "train").glob("*.data.npy"))) == 4
+    assert len(list((data / "validation").glob("*.data.npy"))) == 4
+    ready = _sciperf(sciperf_cmd, *args)
+    assert "dataset ready" in ready.stdout

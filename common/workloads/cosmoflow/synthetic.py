@@ -87,7 +87,8 @@ class GenerateRequest:
 
 def dataset_complete(req: GenerateRequest) -> bool:
     """True when `root` holds a finished dataset made with exactly these settings."""
-    return manifest.complete(req.root, req.fmt, asdict(req))
+    return manifest.complete(req.root, req.fmt, asdict(req), fmt_cf.LAYOUT,
+                             {"train": req.train_samples, "validation": req.eval_samples})
 
 
 def generate(req: GenerateRequest, show_progress: bool = True) -> None:

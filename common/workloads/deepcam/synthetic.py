@@ -184,8 +184,9 @@ class GenerateRequest:
 
 def dataset_complete(req: GenerateRequest) -> bool:
     """True when `root` holds a finished dataset made with exactly these settings."""
-    return fmt_dc.stats_path(req.root).is_file() and manifest.complete(req.root, req.fmt,
-                                                                       asdict(req))
+    counts = {"train": req.train_samples, "validation": req.eval_samples}
+    return fmt_dc.stats_path(req.root).is_file() and manifest.complete(
+        req.root, req.fmt, asdict(req), fmt_dc.LAYOUT, counts)
 
 
 def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, float]:
