@@ -81,6 +81,9 @@ def list_samples(root: str | Path, split: str, fmt: str, n: int = 0) -> list[Pat
     chains = layout.split_chains(root, split)
     if not chains:
         raise SciperfError(f"{Path(root) / layout.CHAINS_CSV}: no {split} chains")
+    if n > len(chains):  # was trained on the fewer chains there, the log saying so silently
+        raise SciperfError(f"{Path(root) / layout.CHAINS_CSV} holds {len(chains)} {split} "
+                           f"chains but {n} were requested")
     chains = chains[:n] if n > 0 else chains
     return [sample_path(root, row.pdb_chain_id) for row in chains]
 

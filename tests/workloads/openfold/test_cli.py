@@ -652,3 +652,15 @@ def test_a_missing_checkpoint_is_one_line(sciperf_cmd: list[str], dataset: Path,
     _one_line(_train(sciperf_cmd, dataset, out, checkpoint=path), "train",
               f"train.init_checkpoint={path}", "no such file")
     _refused(out, started=False)
+
+
+@pytest.mark.parametrize(("split", "count"), [("train", TRAIN_CHAINS + 1),
+                                              ("validation", EVAL_CHAINS + 3)])
+def test_more_chains_than_the_set_holds_are_refused(dataset: Path, split: str,
+                                                    count: int) -> None:
+    """data.train_samples=100 over 16 chains trained on the 16 (MLLOG train_samples 16):
+    the other workloads refuse a split shorter than asked, OpenFold now too."""
+    held = TRAIN_CHAINS if split == "train" else EVAL_CHAINS
+    with pytest.raises(SciperfError, match=rf"chains\.csv holds {held} {split} chains but "
+                                           rf"{count} were requested$"):
+        data.list_samples(dataset, split, FMT, count)
