@@ -34,6 +34,11 @@ def _write(root: Path, data: dict[str, Any]) -> None:
     tmp.replace(root / MANIFEST)
 
 
+def entry(root: str | Path, fmt: str) -> Any:
+    """The request the generator recorded for `fmt` in `root` (None: none)."""
+    return _read(Path(root)).get(fmt)
+
+
 def complete(root: str | Path, fmt: str, request: dict[str, Any],
              layout: SampleLayout | None = None, counts: dict[str, int] | None = None) -> bool:
     """True when `root` holds a finished dataset of `fmt` made with exactly `request` —

@@ -30,8 +30,13 @@ FOLDER = "pretrain"
 
 
 def _recipe(cfg: Any) -> dict[str, Any]:
-    """What the checkpoint depends on (model, optimizer, seed, data, the cycles)."""
-    return {"model": OmegaConf.to_container(cfg.model), "opt": OmegaConf.to_container(cfg.opt),
+    """What the checkpoint depends on (model, optimizer, seed, data, the cycles). The data
+    is the generator's own record of the set (lengths, MSA depth, templates…): chains
+    regenerated with other settings kept the checkpoint trained on the old ones."""
+    from sciperf.data import manifest
+    from sciperf.workloads.openfold import layout
+    return {"data": manifest.entry(cfg.data.dir, layout.FORMAT),
+            "model": OmegaConf.to_container(cfg.model), "opt": OmegaConf.to_container(cfg.opt),
             "seed": int(cfg.seed), "framework": str(cfg.framework.name),
             "precision": str(cfg.precision), "epochs": int(cfg.data.pretrain_epochs),
             "global_batch_size": int(cfg.train.global_batch_size),
@@ -77,9 +82,14 @@ def pretrain(cfg: Any, force: bool = False) -> Path | None:
           f"{cfg.train.val_every_iters} steps × {cfg.train.global_batch_size} chains "
           f"(records in {out})", flush=True)
     summary = train(run)
+    if summary.get("status") != "aborted" or int(summary.get("epochs", 0)) != epochs:
+        # stopped early (SIGTERM: a mid-cycle checkpoint): that is no starting checkpoint
+        raise SciperfError(f"{out}: the pre-training ended {summary.get('status')} after "
+                           f"{summary.get('epochs')} of {epochs} cycles; no starting "
+                           "checkpoint written (run prepare again)")
     found = checkpoint.latest(out)
-    if found is None:
-        raise SciperfError(f"{out}: the pre-training wrote no checkpoint")
+    if found is None or found.epoch != epochs:
+        raise SciperfError(f"{out}: the pre-training wrote no checkpoint after cycle {epochs}")
     shutil.copyfile(found.path / "state.pt", root / f".{PRETRAINED}.tmp")
     (root / f".{PRETRAINED}.tmp").replace(root / PRETRAINED)
     (root / RECORD).write_text(json.dumps(_recipe(cfg), indent=2))

@@ -52,6 +52,12 @@ def test_the_timed_run_starts_from_the_checkpoint_prepare_pretrains(sciperf_cmd,
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert "pre-training the starting checkpoint" in changed.stdout  # another recipe: remade
     assert hashlib.sha256(start.read_bytes()).hexdigest() != logged[0]
+    # chains regenerated with other settings (same model and seed): the checkpoint trained
+    # on the old chains was "ready"
+    deeper = _run([*sciperf_cmd, "prepare", *SMALL, f"data.dir={data}", "seed=3",
+                   "data.msa_depth=8"])
+    assert deeper.returncode == 0, deeper.stderr[-3000:]
+    assert "pre-training the starting checkpoint" in deeper.stdout, deeper.stdout
 
 
 def test_a_missing_starting_checkpoint_says_how_to_make_it(sciperf_cmd, tmp_path):
