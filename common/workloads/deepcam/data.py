@@ -420,22 +420,34 @@ def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray
     return npy.write_pair(folder, name, np.asarray(x, np.float32), np.asarray(y, np.uint8))
 
 
+def _remove_orphans(folder: Path, stems: set[str]) -> None:
+    """The npy samples (data + label) of `folder` whose hdf5 source is not in `stems`."""
+    for path in sorted(folder.glob(f"*{SUFFIX['npy']}")):
+        if path.name[: -len(SUFFIX["npy"])] not in stems:
+            path.unlink(missing_ok=True)
+            label_path(path).unlink(missing_ok=True)
+
+
 def convert(root: str | Path, show_progress: bool = True, rank: int = 0,
-            world: int = 1) -> int:
+            world: int = 1, force: bool = False) -> int:
     """hdf5 → npy beside each sample (`sciperf prepare data.source=convert`); returns how
     many this rank handled (its strided share when launched as `world` ranks). Files
-    already converted (npy newer than the hdf5) are skipped."""
+    already converted (npy newer than the hdf5) are skipped unless `force`; npy samples
+    whose hdf5 is gone are removed (they were trained on: 16 npy beside 15 hdf5)."""
     root = Path(root)
     pairs = []
     for split in spec.SPLITS:
-        for src in list_samples(root, split, "hdf5"):
+        sources = list_samples(root, split, "hdf5")
+        for src in sources:
             dst = src.with_name(src.name[: -len(SUFFIX["hdf5"])] + SUFFIX["npy"])
             pairs.append((src, dst))
+        if rank == 0:
+            _remove_orphans(root / split, {src.name[: -len(SUFFIX["hdf5"])] for src in sources})
     pairs = shard(pairs, rank, world)
     bar = Progress(len(pairs), "converting hdf5 → npy", enabled=show_progress and rank == 0)
     for src, dst in pairs:
-        if not (dst.is_file() and label_path(dst).is_file()
-                and dst.stat().st_mtime >= src.stat().st_mtime):
+        if force or not (dst.is_file() and label_path(dst).is_file()
+                         and dst.stat().st_mtime >= src.stat().st_mtime):
             x, y = read_raw(src, "hdf5")
             name = dst.name[: -len(SUFFIX["npy"])]
             write_sample(dst.parent, name, "npy", x, y)

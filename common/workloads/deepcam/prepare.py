@@ -41,10 +41,12 @@ def convert(cfg: Any, force: bool = False) -> None:
     root = Path(cfg.data.dir)
     check_writable(root)
     info = discover()
-    count = dc.convert(root, rank=info.rank, world=info.world)
+    count = dc.convert(root, rank=info.rank, world=info.world, force=force)
     share = f" (rank {info.rank}'s share of {info.world})" if info.world > 1 else ""
-    print(f"converted {count} hdf5 samples to npy under {root}{share} "
-          f"(stats: {dc.stats_path(root)})")
+    stats_file = dc.stats_path(root)
+    where = f"stats: {stats_file}" if stats_file.is_file() else \
+        "no stats.h5 yet: data.source=stats computes it"
+    print(f"converted {count} hdf5 samples to npy under {root}{share} ({where})")
 
 
 def stats(cfg: Any, force: bool = False) -> None:

@@ -189,6 +189,18 @@ def dataset_complete(req: GenerateRequest) -> bool:
         req.root, req.fmt, asdict(req), fmt_dc.LAYOUT, counts)
 
 
+def _forget_other_formats(req: GenerateRequest) -> None:
+    """The other format's set, when made from other settings, is no longer complete: the
+    stats.h5 written now replaces its statistics (npy samples of seed 0 were "ready" and
+    normalised with the statistics of an hdf5 set of seed 7)."""
+    mine = {k: v for k, v in asdict(req).items() if k != "fmt"}
+    for fmt in fmt_dc.SUFFIX:
+        entry = manifest.entry(req.root, fmt)
+        if fmt != req.fmt and isinstance(entry, dict) and \
+                {k: v for k, v in entry.items() if k != "fmt"} != mine:
+            manifest.forget(req.root, fmt, fmt_dc.LAYOUT)
+
+
 def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, float]:
     """Write samples, then stats.h5 over the train split, then the manifest (last: an
     interrupted generation is redone). Returns the class frequencies of the train split."""
@@ -202,6 +214,7 @@ def generate(req: GenerateRequest, show_progress: bool = True) -> dict[str, floa
         if split == "train":
             acc.add(x)
             classes += np.bincount(y.ravel(), minlength=spec.NUM_CLASSES)
+    _forget_other_formats(req)  # stats.h5 is one file for both formats
     fmt_dc.write_stats(fmt_dc.stats_path(root), acc.result())
     manifest.record(root, req.fmt, asdict(req))
     freq = classes / max(classes.sum(), 1)

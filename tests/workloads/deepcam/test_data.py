@@ -87,6 +87,28 @@ def test_convert_hdf5_to_npy_is_identical(hdf5_root: Path) -> None:
             np.testing.assert_array_equal(a[1], b[1])
 
 
+def test_convert_force_redoes_every_sample_and_orphans_go(hdf5_root: Path, tmp_path) -> None:
+    """An hdf5 replaced by an older-dated file kept its stale npy even with --force, and an
+    npy whose hdf5 was deleted stayed and was trained on (16 npy beside 15 hdf5)."""
+    import os
+    import shutil
+    root = Path(shutil.copytree(hdf5_root, tmp_path / "copy"))
+    dc.convert(root, show_progress=False)
+    first, second = dc.list_samples(root, "train", "hdf5")[:2]
+    shutil.copy(second, first)
+    os.utime(first, (0, 0))  # older than its npy: the mtime rule alone skips it
+    dc.convert(root, show_progress=False)
+    npy = dc.list_samples(root, "train", "npy")[0]
+    assert not np.array_equal(dc.read_raw(npy, "npy")[0], dc.read_raw(first, "hdf5")[0])
+    dc.convert(root, show_progress=False, force=True)
+    np.testing.assert_array_equal(dc.read_raw(npy, "npy")[0], dc.read_raw(first, "hdf5")[0])
+    second.unlink()
+    dc.convert(root, show_progress=False)
+    assert len(dc.list_samples(root, "train", "npy")) == len(dc.list_samples(root, "train",
+                                                                            "hdf5"))
+    assert not list((root / "train").glob(second.name.replace(".h5", ".label.npy")))
+
+
 def test_synthetic_is_deterministic_and_learnable_shaped() -> None:
     x1, y1 = climate.make_sample(3, "train", 5, 96, 144)
     x2, y2 = climate.make_sample(3, "train", 5, 96, 144)
@@ -212,3 +234,29 @@ def test_cli_prepare_and_corrupt_sample_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "converting" not in ln]
     assert len(lines) == 1 and str(victim) in lines[0], proc.stderr
+
+
+def test_one_stats_file_serves_only_the_formats_made_with_it(tmp_path: Path) -> None:
+    """npy (seed 0), then hdf5 (seed 7) in the same folder, then npy again: "dataset
+    ready", but stats.h5 was seed 7's — the npy samples normalised with another set's."""
+    base = ["prepare", "workload=deepcam", "experiment=mini", f"data.dir={tmp_path}",
+            "data.train_samples=4", "data.eval_samples=2"]
+
+    def prepare(*extra: str) -> str:
+        proc = subprocess.run([*SCIPERF, *base, *extra], capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def mean() -> np.ndarray:
+        import h5py
+        with h5py.File(tmp_path / "stats.h5", "r") as fh:
+            return fh["climate/mean"][...]
+
+    prepare("data.format=npy")
+    seed0 = mean()
+    prepare("data.format=hdf5", "seed=7")
+    assert not np.array_equal(mean(), seed0)
+    assert "dataset ready" not in prepare("data.format=npy")  # remade, stats.h5 with it
+    np.testing.assert_array_equal(mean(), seed0)
+    assert "dataset ready" in prepare("data.format=npy")
