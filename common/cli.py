@@ -368,9 +368,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except Terminated as exc:
-        records = getattr(exc, "sciperf_records", "nothing written")
+        # a run names what it left; other verbs (a prepare half-way) say nothing they
+        # cannot know ("nothing written" after 706 files)
+        records = getattr(exc, "sciperf_records", None)
         if not getattr(exc, "sciperf_quiet", False):  # a rank that writes no records
-            print(f"sciperf {args.verb}: terminated by {exc} ({records})", file=sys.stderr)
+            print(f"sciperf {args.verb}: terminated by {exc}"
+                  + (f" ({records})" if records else ""), file=sys.stderr)
         return 128 + exc.signum  # as the shell reports a process the signal ended
     finally:
         if argv is None:  # the console script: only the interpreter's exit is left

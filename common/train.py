@@ -28,6 +28,7 @@ from sciperf import __version__, allocator, checkpoint, heartbeat, memory, outpu
 from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
+from sciperf.data.layout import check_output_dir
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
 from sciperf.distributed import RankInfo, discover, end_stopped_siblings, split_instances
@@ -182,6 +183,10 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     # the dataset's listing and the batch rules, before any record: a missing or short
     # dataset is a refusal, not a run that stopped (docs/architecture.md, rule 10)
     plan = resolve_files(cfg, info, workload)
+    if cfg.data.stage_dir:  # a stage_dir that is a file, read-only or inside data.dir was
+        # refused only after the run's records were written
+        stage_root(cfg.data.stage_dir, cfg.data.dir, cfg.workload)  # overlap: no probe
+        check_output_dir(Path(cfg.data.stage_dir), "data.stage_dir=")
     out = Path(cfg.output_dir)
     found, replace = _resume_point(cfg, out, info)
     output.claim(out, bool(cfg.train.overwrite) or replace, rank == 0, info.instance,

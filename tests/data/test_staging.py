@@ -210,3 +210,22 @@ def test_bad_staging_overrides_are_one_line(tmp_path):
                               text=True, check=False)
         assert proc.returncode == 2 and needle in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("case", ["file", "inside-data"])
+def test_an_unusable_stage_dir_is_refused_before_any_record(data, tmp_path, case):
+    """A stage_dir that is a file (or inside data.dir) was refused in one line, but only
+    after result_0.txt and summary.json had been written: the corrected rerun then met
+    "output_dir already holds a run"."""
+    if case == "file":
+        stage = tmp_path / "stage"
+        stage.write_text("not a folder")
+        needle = f"data.stage_dir={stage}"
+    else:
+        stage, needle = data / "stage", "overlaps data.dir"
+    out = tmp_path / "out"
+    proc = _train(data, out, f"data.stage_dir={stage}")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
+    assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+    assert not (data / "stage").exists()
