@@ -585,20 +585,24 @@ def test_existing_data_with_too_few_structures_is_refused(dataset: Path,
     assert "12 lmdb structures" in proc.stdout and "4 lmdb structures" in proc.stdout
 
 
-def test_existing_reads_the_last_structure_of_every_container(copy: Path,
-                                                               sciperf_cmd: list[str]) -> None:
-    """A container damaged past its first record (a file cut short, a bad last record)
-    is found by `data.source=existing`, not at the end of the first epoch."""
-    last = sorted((copy / "train").glob("data.*.lmdb"))[-1]
+@pytest.mark.parametrize("which", ["last", "middle"])
+def test_existing_reads_every_structure_of_every_container(copy: Path, which: str,
+                                                           sciperf_cmd: list[str]) -> None:
+    """A container damaged past its first record (a bad last record, a NaN in the middle)
+    is found by `data.source=existing`, not during training (only the first and last
+    structure of each container were read: a NaN in the middle passed, exit 0)."""
+    containers = sorted((copy / "train").glob("data.*.lmdb"))
+    last = containers[-1] if which == "last" else containers[0]  # the first holds 5
     structures = _structures(copy, last)
-    structures[-1]["force"] = structures[-1]["force"].copy()
-    structures[-1]["force"][0, 0] = np.nan
+    at = len(structures) - 1 if which == "last" else 2
+    structures[at]["force"] = structures[at]["force"].copy()
+    structures[at]["force"][0, 0] = np.nan
     data.write_lmdb(last, structures)
     proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=lmdb")
-    _assert_cli_error(proc, f"{last} key {len(structures) - 1}", "force holds NaN")
+    _assert_cli_error(proc, f"{last} key {at}", "force holds NaN")
     proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=npy")
     assert proc.returncode == 0, proc.stderr
-    assert "12 npy structures in 3 containers" in proc.stdout
+    assert "12 npy structures (every structure read and checked)" in proc.stdout
 
 
 def test_fractional_atomic_numbers_are_refused_not_truncated(dataset: Path) -> None:
