@@ -350,11 +350,15 @@ def _labels(path: Path, y: np.ndarray) -> np.ndarray:
 
 
 def _first_bad_label(y: np.ndarray) -> int | float | None:
-    """The first value outside [0, NUM_CLASSES) (NaN included), or None; the min/max pass
-    decides for a good file, the search for the culprit runs only for a bad one."""
-    if y.size == 0 or (y.min() >= 0 and y.max() < spec.NUM_CLASSES):
+    """The first value outside [0, NUM_CLASSES) (NaN included) or, in a float file, not a
+    whole number (1.5 was floored to class 1), or None; the min/max pass decides for a good
+    integer file, the search for the culprit runs only for a bad one."""
+    whole = y.dtype.kind != "f" or bool((y == np.floor(y)).all())
+    if y.size == 0 or (whole and y.min() >= 0 and y.max() < spec.NUM_CLASSES):
         return None
     bad = ~((y >= 0) & (y < spec.NUM_CLASSES))
+    if y.dtype.kind == "f":
+        bad |= y != np.floor(y)
     return y[bad].flat[0].item()
 
 

@@ -190,7 +190,8 @@ def test_mismatched_shapes_and_labels_are_rejected(tmp_path: Path) -> None:
         dc.read_raw(other, "hdf5")
 
 
-@pytest.mark.parametrize(("dtype", "bad"), [(np.int16, -1), (np.float32, np.nan)])
+@pytest.mark.parametrize(("dtype", "bad"), [(np.int16, -1), (np.float32, np.nan),
+                                          (np.float32, 1.5)])  # 1.5 was floored to class 1
 def test_bad_npy_label_names_the_label_file_and_value(tmp_path: Path, dtype: type,
                                                       bad: float) -> None:
     """The npy format's labels live in the .label.npy: that file and the value are named
