@@ -198,6 +198,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise SciperfError("`sciperf launch` needs the launcher layer: pip install --no-deps "
                            "-e launchers (containers/install.sh does)") from exc
+    if args.debug:  # the ranks it starts (or submits) inherit it
+        os.environ["SCIPERF_DEBUG"] = "1"
     return launch(_cfg(args), overrides=args.overrides)
 
 
@@ -349,8 +351,6 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
-    if debug:  # the ranks `sciperf launch` starts (or submits) inherit it
-        os.environ["SCIPERF_DEBUG"] = "1"
     try:
         _check_options(args)
         return VERBS[args.verb][1](args)

@@ -56,13 +56,15 @@ def test_a_closed_pipe_ends_quietly_as_sigpipe(published_results):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
-def test_debug_reaches_the_ranks_a_launch_starts(monkeypatch, capsys):
+def test_debug_reaches_the_ranks_a_launch_starts(monkeypatch, capsys, tmp_path):
     """`sciperf --debug launch …` showed tracebacks for launch's own errors only: the ranks
     it starts (or submits) read SCIPERF_DEBUG, which it now sets for them."""
     from sciperf import cli
-    monkeypatch.delenv("SCIPERF_DEBUG", raising=False)
-    assert cli.main(["show", "--debug"]) == 0
-    capsys.readouterr()
-    assert os.environ["SCIPERF_DEBUG"] == "1"
     from sciperf_launchers import job_env
+    monkeypatch.setenv("SCIPERF_DEBUG", "0")  # restored after the test: launch sets it
+    assert cli.main(["show", "--debug"]) == 0
+    assert os.environ["SCIPERF_DEBUG"] == "0"  # only launch passes it on
+    assert cli.main(["launch", "--debug", "launcher=local", "dry_run=true",
+                     f"output_dir={tmp_path}"]) == 0
+    capsys.readouterr()
     assert job_env()["SCIPERF_DEBUG"] == "1"
