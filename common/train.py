@@ -518,6 +518,8 @@ def _stop_on_request(enabled: bool, on_term: bool) -> Iterator[None]:
         signal.signal(signal.SIGUSR1, previous)
         if on_term:
             signal.signal(signal.SIGTERM, term)
+
+
 def _usr1_ignored(_signum: int, _frame: Any) -> None:
     print("SIGUSR1 ignored: this run writes no checkpoints (train.checkpoint_every=0), so it "
           "cannot stop to be resumed; SIGTERM ends it", file=sys.stderr, flush=True)
