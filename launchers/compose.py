@@ -128,6 +128,8 @@ def default_program(cfg: DictConfig, overrides: Sequence[str] | None = None,
             binds.append(os.path.abspath(str(value)))
             if key in given:
                 argv.append(f"{key}={hydra_value(binds[-1])}")
+        elif key in given:  # set empty (no starting checkpoint, no staging): as given
+            argv.append(given[key])
     return Program(tuple(argv), os.path.abspath(cfg.data.dir), os.path.abspath(cfg.output_dir),
                    tuple(binds))
 

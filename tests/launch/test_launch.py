@@ -355,6 +355,12 @@ def test_relative_stage_dir_and_init_checkpoint_are_bound_where_the_host_has_the
     assert f"data.stage_dir={tmp_path}/stage" in words[2]
     assert f"train.init_checkpoint={tmp_path}/ckpt/init.pt" in words[2]
     assert not any(w.endswith("=stage") or w.endswith("=ckpt/init.pt") for w in words[2])
+    # set empty (no starting checkpoint): passed on as given, not dropped (the ranks then
+    # composed the default <data.dir>/pretrained.pt and found no such file)
+    empty = [*overrides, "train.init_checkpoint=", "data.stage_dir=null"]
+    words = plan(compose(empty), overrides=empty).groups
+    assert "train.init_checkpoint=" in words[2] and "data.stage_dir=null" in words[2]
+    assert "--bind" not in words[1] or "init.pt" not in words[1][words[1].index("--bind") + 1]
 
 
 def test_submit_without_sbatch_is_a_clear_error(tmp_path: Path) -> None:
