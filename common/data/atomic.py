@@ -28,9 +28,9 @@ def temporary(path: Path) -> Path:
 
 
 def remove(path: Path) -> None:
-    """A temporary file or folder, gone (nothing when absent)."""
+    """A file, link or folder, gone (nothing when absent)."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path)
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -57,8 +57,10 @@ def replacing(path: Path, errors: tuple[type[BaseException], ...] = (OSError,)
         yield tmp
         os.replace(tmp, path)
     except errors as exc:
-        remove(tmp)
+        with contextlib.suppress(OSError):  # the write's error is the one to tell
+            remove(tmp)
         raise SciperfError(f"{path}: cannot be written ({why(exc)})") from None
     except BaseException:
-        remove(tmp)
+        with contextlib.suppress(OSError):
+            remove(tmp)
         raise

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -435,8 +434,8 @@ def write_lmdb(path: Path, structures: Sequence[Mapping[str, Any]]) -> None:
 
     tmp = path.with_name(f".{path.name}.tmp")
     lock = tmp.with_name(tmp.name + "-lock")
-    _remove(tmp)
-    _remove(lock)
+    atomic.remove(tmp)
+    atomic.remove(lock)
     try:
         env = lmdb.open(str(tmp), subdir=False, map_size=1 << 36, meminit=False,
                         map_async=True)
@@ -455,23 +454,23 @@ def write_lmdb(path: Path, structures: Sequence[Mapping[str, Any]]) -> None:
         reason = atomic.why(exc).replace(f"{tmp}: ", "")  # lmdb names its temporary
         raise SciperfError(f"{path}: cannot be written ({reason})") from None
     finally:  # a failure before the rename leaves no dot-file behind
-        _remove(lock)
-        _remove(tmp)
+        atomic.remove(lock)
+        atomic.remove(tmp)
 
 
 def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
     """One npy shard, atomically: the arrays go to a dot-directory renamed into place."""
     tmp = folder.with_name(f".{folder.name}.tmp")
-    _remove(tmp)
+    atomic.remove(tmp)
     tmp.mkdir(parents=True)
     try:
         _write_arrays(tmp, folder, structures)
-        _remove(folder)
+        atomic.remove(folder)
         os.replace(tmp, folder)
     except OSError as exc:
         raise SciperfError(f"{folder}: cannot be written ({atomic.why(exc)})") from None
     finally:  # a failure before the rename (a value too wide for its dtype) leaves nothing
-        _remove(tmp)
+        atomic.remove(tmp)
 
 
 def _write_arrays(tmp: Path, folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
@@ -503,13 +502,6 @@ def _narrow(arr: np.ndarray, dtype: str, what: str) -> np.ndarray:
     return arr.astype(want)
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
 def format_containers(root: Path, fmt: str) -> list[Path]:
     """A format's containers in every split (hidden temporaries of a write too)."""
     stem = "data." if fmt == "lmdb" else "shard."
@@ -521,4 +513,4 @@ def format_containers(root: Path, fmt: str) -> list[Path]:
 def remove_format(root: Path, fmt: str) -> None:
     """Delete a format's containers from every split (before a regeneration)."""
     for path in format_containers(root, fmt):
-        _remove(path)
+        atomic.remove(path)
