@@ -52,6 +52,7 @@ from sciperf.results.logs import (
 )
 from sciperf.results.mllog import RULESET
 from sciperf.results.summary import summary_beside
+from sciperf.results.throughput import models_per_minute, tta_minutes
 
 MAX_DROPPED = 1  # olympic scoring: one non-converged run may be the dropped slowest
 
@@ -239,10 +240,8 @@ def score_weak(group: Group) -> Score:
     ok, n = group.converged, len(group.runs)
     score = Score(group, required, False, "", number_of_models=len(ok))
     if ok:
-        start = min(r.log.run_start_ms for r in ok)
-        stop = max(r.log.run_stop_ms for r in ok)
-        score.minutes = (stop - start) / 60 / 1000
-        score.models_per_minute = len(ok) / score.minutes if score.minutes > 0 else None
+        score.minutes = tta_minutes([(r.log.run_start_ms, r.log.run_stop_ms) for r in ok])
+        score.models_per_minute = models_per_minute(len(ok), score.minutes)
         scales = {r.log.ranks for r in ok}
         score.instance_scale = scales.pop() if len(scales) == 1 else None
     if n < required:

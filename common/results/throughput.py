@@ -41,23 +41,37 @@ class Throughput:
 
     @property
     def minutes(self) -> float | None:
-        """Latest run_stop − earliest run_start over the converged instances, in minutes
-        (None when none converged)."""
-        ok = [i for i in self.instances if i.success]
-        if not ok:
-            return None
-        return (max(i.stop_ms or 0 for i in ok) - min(i.start_ms or 0 for i in ok)) / 60000.0
+        """TTTa over the converged instances (None when none converged)."""
+        return tta_minutes([(i.start_ms or 0, i.stop_ms or 0) for i in self.instances
+                            if i.success])
 
     @property
     def models_per_minute(self) -> float | None:
-        minutes = self.minutes
-        return self.converged / max(minutes, 1e-12) if minutes is not None else None
+        return models_per_minute(self.converged, self.minutes)
 
     def line(self) -> str:
         head = f"throughput: {len(self.instances)} instances, {self.converged} converged"
         if self.minutes is None:
             return f"{head}: no score"
-        return f"{head}, in {self.minutes:.2f} min = {self.models_per_minute:.3f} models/min"
+        rate = self.models_per_minute
+        per_min = f"{rate:.3f} models/min" if rate is not None else "no rate (no time elapsed)"
+        return f"{head}, in {self.minutes:.2f} min = {per_min}"
+
+
+def tta_minutes(windows: Sequence[tuple[float, float]]) -> float | None:
+    """The rules' throughput time: latest run_stop − earliest run_start over the
+    converged instances' (start, stop) in ms, in minutes; None for no instance. One
+    definition for `sciperf score` and the launch/check throughput line, so the two
+    never disagree on the same logs."""
+    if not windows:
+        return None
+    return (max(stop for _, stop in windows) - min(start for start, _ in windows)) / 60000.0
+
+
+def models_per_minute(models: int, minutes: float | None) -> float | None:
+    """Converged models per minute of TTTa; None without a positive time (instances
+    stamped in the same millisecond have no rate to report)."""
+    return models / minutes if minutes is not None and minutes > 0 else None
 
 
 def read_instance(path: str | Path, passed: bool = True) -> Instance:

@@ -21,7 +21,13 @@ import pytest
 from sciperf.errors import SciperfError
 from sciperf.results.logs import TOKEN, parse_log
 from sciperf.results.score import olympic_mean, score, score_line
-from sciperf.results.throughput import throughput
+from sciperf.results.throughput import (
+    Instance,
+    Throughput,
+    models_per_minute,
+    throughput,
+    tta_minutes,
+)
 
 SCIPERF = [sys.executable, "-m", "sciperf.cli"]
 NV = "NVIDIA/results/eos_n64_ngc23.09_pytorch/strong/cosmoflow"
@@ -100,6 +106,18 @@ def test_throughput_helper_reads_through_the_shared_parser(v30):
     t = throughput(files)
     assert len(t.instances) == 10 and t.converged == 10
     assert t.minutes == pytest.approx(14.70215, abs=1e-12)
+    (weak,) = score([v30 / HPE_WEAK])
+    assert t.minutes == weak.minutes  # one TTTa for both tools
+
+
+def test_tta_spans_the_converged_windows_and_has_no_rate_without_time():
+    assert tta_minutes([(60_000, 180_000), (0, 120_000)]) == 3.0  # latest stop − earliest start
+    assert tta_minutes([]) is None
+    assert models_per_minute(2, 3.0) == 2 / 3
+    assert models_per_minute(2, 0.0) is None and models_per_minute(0, None) is None
+    same_ms = Throughput([Instance(Path("a"), 5, 5, True)])
+    assert same_ms.line() == ("throughput: 1 instances, 1 converged, in 0.00 min = "
+                              "no rate (no time elapsed)")
 
 
 # --- synthetic trees from a real published log -----------------------------------------------
