@@ -65,6 +65,8 @@ def load_checked(path: str | Path,
             raise ValueError("object arrays are not allowed")
         flat = np.empty(int(np.prod(shape, dtype=np.int64)), dtype=dtype)
         ok = _read_into(fh, flat, check)
+        if fh.read(1):
+            raise ValueError(_trailing(flat.nbytes))
     return flat.reshape(shape, order="F" if fortran else "C"), ok
 
 
@@ -85,6 +87,13 @@ def _read_into(fh, flat: np.ndarray,  # noqa: ANN001 - binary file
     return ok
 
 
+def _trailing(want: int, have: int | None = None) -> str:
+    """The error for bytes after the array: its header describes less than the file holds
+    (a rewritten header, two arrays concatenated), so the array read is not the file's."""
+    held = f"{have} bytes of data" if have is not None else "more data"
+    return f"{held} after a header describing {want} bytes: not one .npy array"
+
+
 def mapped(path: str | Path) -> np.ndarray:
     """A read-only memory map of an .npy file (header parsed under the lock, checked like
     :func:`load`: object arrays refused, a short file is a ValueError). Packed formats read
@@ -98,6 +107,8 @@ def mapped(path: str | Path) -> np.ndarray:
     want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size - offset < want:
         raise ValueError(f"truncated .npy data: {size - offset} of {want} bytes")
+    if size - offset > want:
+        raise ValueError(_trailing(want, size - offset))
     if want == 0:
         return np.empty(shape, dtype)
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape),

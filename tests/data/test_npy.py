@@ -37,6 +37,21 @@ def test_truncated_and_object_files_are_value_errors(tmp_path):
         npy.load(path)
 
 
+@pytest.mark.parametrize("reader", [npy.load, npy.mapped,
+                                    lambda p: npy.load_checked(p, lambda a: True)[0]])
+def test_bytes_after_the_array_are_value_errors(reader, tmp_path):
+    """A header describing less than the file holds (two arrays concatenated) is not read
+    as the first array alone."""
+    path = tmp_path / "two.npy"
+    np.save(path, np.arange(10, dtype=np.int16))
+    data = path.read_bytes()
+    path.write_bytes(data + data)
+    with pytest.raises(ValueError, match="after a header describing 20 bytes"):
+        reader(path)
+    path.write_bytes(data)
+    assert np.array_equal(reader(path), np.arange(10))
+
+
 def test_many_threads_read_at_once(tmp_path):
     """The loaders read from thread pools; every read must succeed and be exact."""
     paths = []
