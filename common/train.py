@@ -648,7 +648,9 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
         if progress is None:  # a resumed epoch's epoch_start is in the log already
             mll.start("epoch_start", metadata=tag)
         heartbeat.phase("train")
-        result: EpochResult = backend.train_epoch(epoch, lr, resume=progress, stop=stop)
+        lines = _step_lines(cfg, backend, num, max_epochs, progress) if rank == 0 else None
+        result: EpochResult = backend.train_epoch(epoch, lr, on_step=lines, resume=progress,
+                                                  stop=stop)
         progress = None
         if result.stopped is not None:  # SIGUSR1: checkpoint here, end the run
             _checkpoint(cfg, Path(cfg.output_dir), state, info, result.stopped)
@@ -681,6 +683,52 @@ def _loop(cfg: Any, workload: Workload, backend: Any, mll: MLLogger, state: RunS
             state.checkpointed = True
             return
         _checkpoint(cfg, Path(cfg.output_dir), state, info)
+
+
+class StepLines:
+    """Progress inside an epoch, a line every `train.log_every` steps (rank 0): a full-size
+    epoch runs for hours (CosmoFlow's 524,288 samples, OpenFold's minutes a step), and a
+    line per epoch would show nothing for that long. The loss is rank 0's, averaged over
+    the steps since the last line; the rate counts every rank's samples."""
+
+    def __init__(self, every: int, epoch: int, max_epochs: int, total: int | None,
+                 done_steps: int, world: int) -> None:
+        self.every, self.epoch, self.max_epochs, self.total = every, epoch, max_epochs, total
+        self.steps, self.world = done_steps, world
+        self.t0, self.taken, self.samples = time.perf_counter(), 0, 0
+        self.loss_sum, self.window = 0.0, 0
+
+    def __call__(self, samples: int, loss: float) -> None:
+        self.steps, self.taken = self.steps + 1, self.taken + 1
+        self.samples, self.loss_sum = self.samples + samples, self.loss_sum + loss
+        self.window += 1
+        if self.steps % self.every:
+            return
+        elapsed = time.perf_counter() - self.t0
+        rate = self.samples * self.world / max(elapsed, 1e-9)
+        where = f"step {self.steps}" + (f"/{self.total}" if self.total else "")
+        eta = ""
+        if self.total:
+            left = elapsed / self.taken * max(self.total - self.steps, 0)
+            eta = f", epoch ETA {fmt_duration(left)}"
+        print(f"epoch {self.epoch:3d}/{self.max_epochs} {where} loss "
+              f"{self.loss_sum / self.window:.4f} | {rate:.1f} samples/s{eta}", flush=True)
+        self.loss_sum, self.window = 0.0, 0
+
+
+def _step_lines(cfg: Any, backend: Any, epoch: int, max_epochs: int,
+                progress: EpochProgress | None) -> StepLines | None:
+    """The epoch's step lines when `train.log_every` asks for them (None: per epoch only)."""
+    every = int(cfg.train.log_every)
+    if not every:
+        return None
+    loader = getattr(backend, "train_loader", None)
+    try:
+        total = len(loader) if loader is not None else None
+    except TypeError:  # a loader without a length: lines without the epoch's ETA
+        total = None
+    world = int(getattr(getattr(backend, "ctx", None), "world", 1) or 1)
+    return StepLines(every, epoch, max_epochs, total, progress.steps if progress else 0, world)
 
 
 def _finite(value: float, what: str, epoch: int, workload: Workload) -> None:
