@@ -443,9 +443,6 @@ def _check_run_keys(cfg: DictConfig) -> None:
             raise SciperfError(f"{key}={value} must be >= 0 (0: every sample of the split)")
     if cfg.instances < 1:
         raise SciperfError(f"instances={cfg.instances} must be at least 1")
-    for key in ("framework.threads", "framework.inter_op_threads"):
-        if (value := OmegaConf.select(cfg, key)) < 0:
-            raise SciperfError(f"{key}={value} must be >= 0 (0: chosen for this machine)")
     if cfg.train.global_batch_size <= 0 or cfg.train.max_epochs <= 0:
         raise SciperfError("train.global_batch_size and train.max_epochs must be positive")
     if cfg.train.checkpoint_every < 0 or cfg.train.checkpoint_keep < 1:
@@ -462,24 +459,33 @@ def _check_run_keys(cfg: DictConfig) -> None:
         raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 and <= {TIMEOUT_MAX_S} "
                            "seconds (how long a lost or hung peer may take before the job "
                            "ends; at most a year)")
-    for key, (least, why) in MINIMUMS.items():
+    for key, (least, most, why) in COUNTS.items():
         if (value := OmegaConf.select(cfg, key)) < least:
             raise SciperfError(f"{key}={value} must be at least {least} ({why})")
+        if value > most:
+            raise SciperfError(f"{key}={value} must be at most {most} ({why})")
 
 
 # Counts of the schema whose nonsense values a consumer would otherwise clamp or ignore in
-# silence (a loader's max(workers, 1), a node count rendered into an srun line): key →
-# (least value, what the key is).
-MINIMUMS: dict[str, tuple[int, str]] = {
-    "data.workers": (1, "reader threads per rank"),
-    "data.prefetch": (1, "batches read ahead"),
-    "data.prepare_workers": (1, "threads per rank in `sciperf prepare`"),
-    "data.stage_workers": (1, "concurrent copies per rank"),
-    "train.log_every": (0, "steps between progress lines; 0: per epoch only"),
-    "nodes": (1, "nodes `sciperf launch` requests"),
-    "system.nodes": (1, "nodes the system has"),
-    "system.accelerators_per_node": (0, "0: a CPU system"),
-    "system.cpus_per_node": (0, "0: unknown"),
+# silence (a loader's max(workers, 1), a node count rendered into an srun line) or meet
+# after the records exist (100 million `tf.data` map calls filled the machine's memory;
+# 10**20 threads overflowed a C long): key → (least, most, what the key is). The largest
+# values are far above any machine's (threads per rank, batches in flight).
+COUNT_LIMIT = 1 << 16
+COUNTS: dict[str, tuple[int, int, str]] = {
+    "data.workers": (1, 1024, "reader threads per rank"),
+    "data.prefetch": (1, 1024, "batches read ahead"),
+    "data.prepare_workers": (1, 1024, "threads per rank in `sciperf prepare`"),
+    "data.stage_workers": (1, 1024, "concurrent copies per rank"),
+    "framework.threads": (0, COUNT_LIMIT, "compute threads per rank; 0: chosen for this "
+                                          "machine"),
+    "framework.inter_op_threads": (0, COUNT_LIMIT, "ops run side by side; 0: chosen for "
+                                                   "this machine"),
+    "train.log_every": (0, 1 << 40, "steps between progress lines; 0: per epoch only"),
+    "nodes": (1, 1 << 20, "nodes `sciperf launch` requests"),
+    "system.nodes": (1, 1 << 20, "nodes the system has"),
+    "system.accelerators_per_node": (0, 1024, "0: a CPU system"),
+    "system.cpus_per_node": (0, COUNT_LIMIT, "0: unknown"),
 }
 
 

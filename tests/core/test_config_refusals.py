@@ -113,10 +113,24 @@ def test_counts_below_their_least_value_are_refused(key: str, value: int) -> Non
     assert message.startswith(f"{key}={value} must be at least "), message
 
 
-def test_counts_at_their_least_value_compose() -> None:
-    from sciperf.config import MINIMUMS
-    cfg = compose([*BASE, *(f"{key}={least}" for key, (least, _) in MINIMUMS.items())])
-    assert all(OmegaConf.select(cfg, key) == least for key, (least, _) in MINIMUMS.items())
+@pytest.mark.parametrize(("key", "value"), [
+    ("data.workers", 100000000), ("data.prefetch", 10**20), ("data.prepare_workers", 1025),
+    ("data.stage_workers", 2000), ("framework.threads", 10**20),
+    ("framework.inter_op_threads", 99999), ("nodes", 10**9),
+    ("system.accelerators_per_node", 1025),
+])
+def test_counts_above_their_largest_value_are_refused(key: str, value: int) -> None:
+    """Met at compose time, not after the records exist: `data.workers=10**8` had
+    TensorFlow's map fill the machine's memory, 10**20 threads overflowed a C long."""
+    message = _refused(f"{key}={value}")
+    assert message.startswith(f"{key}={value} must be at most "), message
+
+
+@pytest.mark.parametrize("end", [0, 1])
+def test_counts_at_their_least_and_largest_values_compose(end: int) -> None:
+    from sciperf.config import COUNTS
+    cfg = compose([*BASE, *(f"{key}={bounds[end]}" for key, bounds in COUNTS.items())])
+    assert all(OmegaConf.select(cfg, key) == bounds[end] for key, bounds in COUNTS.items())
 
 
 @pytest.mark.parametrize("key", ["output_dir", "data.dir"])
