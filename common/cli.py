@@ -42,8 +42,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 @verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json")
 def cmd_train(args: argparse.Namespace) -> int:
+    from sciperf.backends import require_pair
     from sciperf.train import require_dataset, train
     cfg = _cfg(args)
+    require_pair(cfg.framework.name, cfg.workload)  # before "run `sciperf prepare`"
     require_dataset(cfg)
     summary = train(cfg)
     if summary["rank"] == 0:
@@ -115,6 +117,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 @verb("characterize", "FLOPs/sample, bytes read, all-reduce bytes, arithmetic intensity; "
                       "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
 def cmd_characterize(args: argparse.Namespace) -> int:
+    from sciperf.backends import available, require_pair
     from sciperf.config import compose
     from sciperf.tools.characterize import characterize, check_out, load_run, table, write_outputs
     runs = [o.split("=", 1)[1] for o in args.overrides if o.startswith("run=")]
@@ -124,6 +127,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     out = check_out(Path(args.out or "characterize"))
     run = load_run(runs[0]) if runs else None
     cfg = compose(overrides)
+    if cfg.framework.name in available():  # counts need no framework; a label must be true
+        require_pair(cfg.framework.name, cfg.workload)
     if run is not None:
         _refuse_ignored_overrides(overrides, cfg, run["config"])
     result = characterize(cfg, run)

@@ -96,6 +96,20 @@ def test_run_refuses_a_missing_pair_before_preparing(sciperf_cmd, tmp_path: Path
     assert not data.exists() and not out.exists()
 
 
+@pytest.mark.parametrize("verb", ["prepare", "train", "characterize"])
+def test_other_verbs_refuse_a_missing_pair_first(verb: str, sciperf_cmd, tmp_path: Path) -> None:
+    """prepare generated all 272 chains before its pre-training met the pair; train said
+    "run `sciperf prepare`" for a pair no dataset can make work; characterize wrote a
+    characterize.json labelled with a framework that has no such workload."""
+    pytest.importorskip("tensorflow")
+    data, out = tmp_path / "data", tmp_path / "out"
+    extra = [f"--out={out}"] if verb == "characterize" else [f"output_dir={out}"]
+    proc = _sciperf(sciperf_cmd, verb, "workload=openfold", "framework=tensorflow",
+                    "experiment=mini", f"data.dir={data}", *(extra if verb != "prepare" else []))
+    _one_line(proc, "tensorflow does not implement openfold")
+    assert not data.exists() and not out.exists()
+
+
 # (workload, the reference's file in a split folder, the format it is)
 REAL = [("cosmoflow", "train/univ_ics_2019-03_a10000668_000.tfrecord", "tfrecord"),
         ("deepcam", "train/data-2016-06-08-03-1.h5", "hdf5"),

@@ -43,7 +43,11 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
 
 def prepare_synthetic_and_start(cfg: Any, force: bool = False) -> None:
     """The synthetic set, then the starting checkpoint when data.pretrain_epochs asks for
-    one (``pretrain``)."""
+    one (``pretrain``). The checkpoint is trained through `framework=`: a framework without
+    OpenFold is refused before the chains are generated, not after."""
+    if int(cfg.data.pretrain_epochs) > 0:
+        from sciperf.backends import require_pair
+        require_pair(cfg.framework.name, cfg.workload)
     prepare_synthetic(cfg, force)
     pretrain.pretrain(cfg, force)
 
