@@ -177,7 +177,8 @@ class WorkloadBackend(FrameworkBackend):
             # dicts of arrays, converted to tensors as they are consumed
             def make(files, seed, shuffle, remainder):
                 return BatchLoader(files, reader, ctx.local_batch, seed=seed, shuffle=shuffle,
-                                   prefetch=cfg.data.prefetch, remainder=remainder,
+                                   prefetch=cfg.data.prefetch, workers=cfg.data.workers,
+                                   remainder=remainder,
                                    collate=workload.dataset.collate)
             self._batches = native.collated_batches
             self._transform = None

@@ -123,7 +123,7 @@ def _backends(root):
                        "precision=fp32", f"data.dir={root}", "data.train_samples=8",
                        "data.eval_samples=4", "train.global_batch_size=2", "opt.lr=0.005",
                        "opt.warmup_steps=2", "opt.milestones=[100]", "data.force_std=0.5",
-                       "data.max_neighbours=12", *model])
+                       "data.max_neighbours=12", "data.workers=3", *model])
         be = cls()
         be.setup(RunContext(cfg, get(cfg.workload), train, evals, 2))
         out[name] = be
@@ -140,6 +140,7 @@ def test_training_parity_step_by_step(slabs) -> None:
     """4 optimizer steps (warmup then the plateau, LR moving every step): the same loss
     at every step, the same weights after, the same validation force MAE."""
     pt, tfb = _backends(slabs)
+    assert pt.train_loader.workers == tfb.train_loader.workers == 3  # data.workers, both
     before = pt_weights.export_weights(pt.model)
     losses: dict[str, list[float]] = {"pt": [], "tf": []}
     pt.train_epoch(0, 0.0, on_step=lambda n, loss: losses["pt"].append(loss))
