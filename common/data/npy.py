@@ -63,7 +63,11 @@ def load_checked(path: str | Path,
         shape, fortran, dtype = _header(fh)
         if dtype.hasobject:
             raise ValueError("object arrays are not allowed")
-        flat = np.empty(int(np.prod(shape, dtype=np.int64)), dtype=dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        held = os.fstat(fh.fileno()).st_size - fh.tell()
+        if count * dtype.itemsize > held:  # before allocating what the header claims
+            raise ValueError(f"truncated .npy data: {held} of {count * dtype.itemsize} bytes")
+        flat = np.empty(count, dtype=dtype)
         ok = _read_into(fh, flat, check)
         if fh.read(1):
             raise ValueError(_trailing(flat.nbytes))

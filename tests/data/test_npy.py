@@ -52,6 +52,18 @@ def test_bytes_after_the_array_are_value_errors(reader, tmp_path):
     assert np.array_equal(reader(path), np.arange(10))
 
 
+def test_a_header_claiming_more_than_the_file_is_refused_before_allocating(tmp_path):
+    """A header saying (2**40,) int16 over a 64-byte file was a 2 TiB MemoryError."""
+    path = tmp_path / "huge.npy"
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": "<i2", "fortran_order": False, "shape": (1 << 40,)})
+        fh.write(bytes(64))
+    for reader in (npy.load, npy.mapped, lambda p: npy.load_checked(p, lambda a: True)):
+        with pytest.raises(ValueError, match=f"truncated .npy data: 64 of {2 << 40} bytes"):
+            reader(path)
+
+
 def test_many_threads_read_at_once(tmp_path):
     """The loaders read from thread pools; every read must succeed and be exact."""
     paths = []
