@@ -37,8 +37,10 @@ LAUNCH_KEYS = ("launcher", "container", "dry_run", "nodes", "time_limit", "syste
 # keys the program gets from the composed config (choices) or rewritten (paths)
 PROGRAM_KEYS = ("workload", "framework", "experiment", "system", "data.dir", "output_dir")
 # host paths a container sees at the same place (bound there); a relative one given on the
-# command line is made absolute, the container's working directory being another
-SAME_PLACE_KEYS = ("data.stage_dir", "train.init_checkpoint")
+# command line is made absolute, the container's working directory being another. The
+# system's scratch (its parallel file system) is bound too: datasets there are often links
+# into it, and a program's own paths (a starting checkpoint) live there.
+SAME_PLACE_KEYS = ("data.stage_dir", "train.init_checkpoint", "system.scratch_dir")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from sciperf.errors import SciperfError
@@ -37,11 +38,20 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)  # each rank leads its own group (its loader workers too)
 
 
+def _terminate_group(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGCONT, to the group, as Slurm ends a job step: a stopped process
+    (SIGSTOP, a hung node's stand-in) keeps the SIGTERM pending and only handles it —
+    writing run_stop aborted and summary.json — once continued; without the SIGCONT it
+    met the SIGKILL still stopped and summary.json said "running"."""
+    _signal_group(proc, signal.SIGTERM)
+    _signal_group(proc, signal.SIGCONT)
+
+
 def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
-    """SIGTERM every rank's process group, SIGKILL what is left after `grace_s` (a stopped
-    rank — a hung node's stand-in — included)."""
+    """SIGTERM (and SIGCONT) every rank's process group, SIGKILL what is left after
+    `grace_s` (a rank that stays hung included)."""
     for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
+        _terminate_group(proc)
     deadline = time.monotonic() + grace_s
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -128,7 +138,7 @@ def stop_session(proc: subprocess.Popen, grace_s: float) -> None:
     their own — then SIGKILL what is left. Waiting for the shell alone was not enough: it
     ends at once on SIGTERM, and the SIGKILL that followed took mpirun before it had
     passed the signal on, leaving both ranks running."""
-    _signal_group(proc, signal.SIGTERM)
+    _terminate_group(proc)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         proc.poll()  # reap the shell: a zombie leader still holds its group
@@ -141,14 +151,44 @@ def stop_session(proc: subprocess.Popen, grace_s: float) -> None:
     proc.wait()
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_supervisor() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGTERM the rank when its supervisor dies (None off
+    Linux, where ranks may outlive a `kill -9` of `sciperf launch`).
+
+    The ranks lead sessions of their own (so that a group signal reaches their loader
+    workers), so nothing else ends them: a `kill -9` of `sciperf launch` left both training
+    on as orphans. The SIGTERM is an ordinary one — the rank's handler writes `run_stop
+    aborted` and summary.json, as under `scancel`. PDEATHSIG fires when the *thread* that
+    forked the rank ends, not the process: that is the thread running `_supervise`, which
+    does not return while a rank lives (its `finally` stops and reaps them all), so a rank
+    never sees its forking thread end before the supervisor itself would."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    supervisor = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec: no locks, no allocations
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != supervisor:  # it died before prctl: no signal would ever come
+            os._exit(128 + signal.SIGTERM)
+    return preexec
+
+
 def _supervise(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
                procs: list[subprocess.Popen], caught: list[int], grace_s: float,
                poll_s: float) -> int:
     """run_local's loop: start every rank, watch them, stop all on the first failure."""
+    preexec = _die_with_supervisor()
     try:
         for argv, env in commands:
             try:
-                procs.append(subprocess.Popen(list(argv), env=dict(env),
+                procs.append(subprocess.Popen(list(argv), env=dict(env), preexec_fn=preexec,
                                               start_new_session=True))
             except OSError as exc:
                 raise SciperfError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc

@@ -347,11 +347,13 @@ def test_relative_stage_dir_and_init_checkpoint_are_bound_where_the_host_has_the
     monkeypatch.chdir(tmp_path)
     overrides = ["workload=openfold", "launcher=srun", "system=slurm-gpu-node",
                  "container=apptainer", "container.image=x.sif", "data.stage_dir=stage",
-                 "train.init_checkpoint=ckpt/init.pt", f"output_dir={OUT}", f"data.dir={DATA}"]
+                 "train.init_checkpoint=ckpt/init.pt", f"output_dir={OUT}", f"data.dir={DATA}",
+                 "system.scratch_dir=/scratch/proj"]
     words = plan(compose(overrides), overrides=overrides).groups
     binds = words[1][words[1].index("--bind") + 1].split(",")
     assert binds[2:] == [f"{tmp_path}/stage:{tmp_path}/stage",
-                         f"{tmp_path}/ckpt/init.pt:{tmp_path}/ckpt/init.pt"]
+                         f"{tmp_path}/ckpt/init.pt:{tmp_path}/ckpt/init.pt",
+                         "/scratch/proj:/scratch/proj"]  # the schema said "bound": it was not
     assert f"data.stage_dir={tmp_path}/stage" in words[2]
     assert f"train.init_checkpoint={tmp_path}/ckpt/init.pt" in words[2]
     assert not any(w.endswith("=stage") or w.endswith("=ckpt/init.pt") for w in words[2])
