@@ -4,10 +4,14 @@ docs/architecture.md, rule 8.
 
 Built on ``mlperf_logging.mllog`` so the line format is the official one. Only the
 logging rank writes; the file is flushed line by line so a killed job keeps its log.
+A write that fails (a full disk, a quota, a file size limit) stops the run with one line
+naming the file: stdlib logging would print a "Logging error" block per record and train
+on with no log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
@@ -17,8 +21,47 @@ from typing import Any
 from mlperf_logging.mllog import constants as C  # noqa: N812
 from mlperf_logging.mllog import mllog as mllog_impl
 
+from sciperf.errors import SciperfError
+
 RULESET = "3.0.0"
 _SERIAL = itertools.count()  # unique stdlib logger per MLLogger: handlers never shared
+
+
+class _RecordFile(logging.FileHandler):
+    """A FileHandler that keeps its first failed write instead of reporting it.
+
+    logging's handleError prints a traceback block and carries on, and mlperf_logging
+    catches whatever escapes a record (it then logs "Failed to encode"), so the failure
+    is kept here and raised by :class:`MLLogger` once the logging call has returned.
+    After it the handler writes nothing: a later record would land after a cut one.
+    """
+
+    failure: OSError | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (stdlib name)
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+        elif self.failure is None:
+            self.failure = exc
+
+
+def _trim_cut_record(path: Path, tail: int = 1 << 16) -> None:
+    """Drop the part of a record a failed write left at the end of `path`: what stays is
+    whole MLLOG lines (shrinking a file needs no free space)."""
+    with contextlib.suppress(OSError), path.open("r+b") as fh:
+        size = fh.seek(0, 2)
+        start = max(size - tail, 0)
+        fh.seek(start)
+        end = fh.read().rfind(b"\n")
+        if end >= 0:
+            fh.truncate(start + end + 1)
+        elif start == 0:
+            fh.truncate(0)
 
 
 class MLLogger:
@@ -34,6 +77,7 @@ class MLLogger:
         self.mode = mode  # "a": a resumed run continues its log
         self.path = Path(path) if path else None
         self.instance = instance
+        self.failure: str | None = None  # "cannot write PATH: why", once a write failed
         self._logger = mllog_impl.MLLogger(logger=self._make_logger(echo), root_dir=None)
 
     def _make_logger(self, echo: bool) -> logging.Logger:
@@ -43,7 +87,7 @@ class MLLogger:
         logger.setLevel(logging.INFO)
         if self.enabled and self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(self.path, mode=self.mode)
+            handler = _RecordFile(self.path, mode=self.mode)
             handler.setFormatter(logging.Formatter("%(message)s"))
             logger.addHandler(handler)
         if self.enabled and echo:
@@ -53,11 +97,42 @@ class MLLogger:
         return logger
 
     def close(self) -> None:
-        """Flush and release the file handlers."""
+        """Flush and release the handlers; a file that cannot take its last lines is one
+        line naming it (every handler is released either way)."""
+        failure: OSError | None = None
         for handler in list(self._logger.logger.handlers):
-            handler.flush()
-            handler.close()
+            failure = failure or getattr(handler, "failure", None)  # a record's, first
+            try:
+                handler.flush()
+                handler.close()
+            except OSError as exc:
+                if not isinstance(handler, _RecordFile):
+                    raise
+                failure = failure or exc
+                with contextlib.suppress(OSError):
+                    handler.close()  # the stream is closed even when its flush fails
             self._logger.logger.removeHandler(handler)
+        if failure is not None:
+            self._failed(failure)
+
+    def _failed(self, exc: OSError) -> None:
+        """Give the file up (its cut last record dropped) and stop the run in one line;
+        later records go nowhere, so closing records after this raise nothing more."""
+        for handler in list(self._logger.logger.handlers):
+            if isinstance(handler, _RecordFile):
+                with contextlib.suppress(OSError):
+                    handler.close()
+                self._logger.logger.removeHandler(handler)
+        if self.path is not None:
+            _trim_cut_record(self.path)
+        self.failure = f"cannot write {self.path}: {exc.strerror or exc}"
+        raise SciperfError(self.failure) from exc
+
+    def _check_written(self) -> None:
+        """Raise the failure a record's write met (see :class:`_RecordFile`)."""
+        for handler in self._logger.logger.handlers:
+            if isinstance(handler, _RecordFile) and handler.failure is not None:
+                self._failed(handler.failure)
 
     def _log(self, kind: str, key: str, value: Any, metadata: dict[str, Any] | None) -> None:
         """Emit through mlperf_logging, attributing file/lineno to the first caller outside."""
@@ -70,6 +145,7 @@ class MLLogger:
         while frame is not None and frame.f_code.co_filename == __file__:
             frame, depth = frame.f_back, depth + 1
         getattr(self._logger, kind)(key=key, value=value, metadata=meta, stack_offset=2 + depth)
+        self._check_written()
 
     def event(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
         """A POINT_IN_TIME event."""

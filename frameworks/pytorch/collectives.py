@@ -9,16 +9,23 @@ instead of hanging, so the job ends with `run_stop aborted`.
 from __future__ import annotations
 
 import datetime
+import re
 
 import torch
 import torch.distributed as dist
 
 from sciperf.distributed import RankInfo, init_horovod
-from sciperf.errors import SciperfError
+from sciperf.errors import PeerLostError, SciperfError
 
-# what a lost peer looks like in the collectives' errors (gloo, NCCL, Horovod)
-PEER_SIGNS = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer",
-              "Broken pipe", "Horovod has been shut down", "stall", "NCCL communicator was aborted")
+# what a lost peer looks like in the collectives' errors (gloo, NCCL, Horovod): a peer that
+# died closed its sockets (its kernel did), one that hung (or whose node went down) is only
+# seen when the wait runs out
+DIED_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+TIMEOUT_SIGNS = ("Timed out", "timed out", "Horovod has been shut down", "stall",
+                 "NCCL communicator was aborted")
+PEER_SIGNS = DIED_SIGNS + TIMEOUT_SIGNS
+# rank 0's TCPStore when not every rank connected in time: "… 1/2 clients joined."
+JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 
 
 class Comm:
@@ -47,13 +54,30 @@ class Comm:
                 init_method=f"tcp://{info.master_addr}:{info.master_port}",
                 rank=info.rank, world_size=info.world,
                 timeout=datetime.timedelta(seconds=timeout_s))
-        except dist.DistNetworkError as exc:
-            if "EADDRINUSE" not in str(exc) and "address already in use" not in str(exc):
-                raise
-            # another job's rendezvous holds the port: a traceback per rank before
-            raise SciperfError(f"MASTER_PORT={info.master_port} on {info.master_addr} is in "
-                               "use (another job?): give this job another port "
-                               "(MASTER_PORT=…)") from None
+        except dist.DistError as exc:
+            # a busy port or a rank missing at the rendezvous: a 14-frame traceback before
+            raise self._rendezvous_error(exc) from None
+
+    def _rendezvous_error(self, exc: Exception) -> Exception:
+        """One line for what went wrong in init_process_group's rendezvous, else `exc`."""
+        info, text = self.info, str(exc)
+        where = f"{info.master_addr}:{info.master_port}"
+        if "EADDRINUSE" in text or "address already in use" in text:
+            # another job's rendezvous holds the port
+            return SciperfError(f"MASTER_PORT={info.master_port} on {info.master_addr} is in "
+                                "use (another job?): give this job another port "
+                                "(MASTER_PORT=…)")
+        if joined := JOINED.search(text):  # rank 0, hosting the store, waited for the others
+            return PeerLostError(
+                f"only {joined.group(1)} of {joined.group(2)} ranks joined the rendezvous at "
+                f"{where} within distributed.timeout_s={self.timeout_s} (a rank hung or "
+                "never started)")
+        if "timed out" in text.lower():  # another rank: rank 0's store never answered
+            return PeerLostError(
+                f"rank {info.rank} could not reach the rendezvous at {where} within "
+                f"distributed.timeout_s={self.timeout_s} (rank 0 hung, never started, or "
+                "MASTER_ADDR/MASTER_PORT point elsewhere)")
+        return exc
 
     @property
     def active(self) -> bool:
@@ -153,15 +177,21 @@ class Comm:
 
     def peer_lost(self, exc: BaseException) -> str | None:
         """One line when `exc` says a peer rank died or stopped answering (gloo's timeout or
-        closed connection, NCCL's watchdog, Horovod's shutdown); None for anything else."""
+        closed connection, NCCL's watchdog, Horovod's shutdown); None for anything else.
+        The timeout is named only when it ran out: a death is seen at once (the peer's
+        kernel closes its sockets), and "gave up after 45 s" two seconds after it misled."""
         text = str(exc)
         first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
         if not self.active or not isinstance(exc, RuntimeError):
             return None
-        if not any(sign in text for sign in PEER_SIGNS):
+        if any(sign in text for sign in DIED_SIGNS):  # seen at once, not after the timeout
+            return (f"a peer rank died (it closed its connection); rank {self.info.rank} "
+                    f"stopped too ({first})")
+        if not any(sign in text for sign in TIMEOUT_SIGNS):
             return None
-        return (f"a peer rank stopped responding or died; rank {self.info.rank} gave up "
-                f"after distributed.timeout_s={self.timeout_s} ({first})")
+        return (f"a peer rank stopped responding (hung, or its node went down); rank "
+                f"{self.info.rank} gave up after distributed.timeout_s={self.timeout_s} "
+                f"({first})")
 
     def close(self) -> None:
         """Tear the group down so the process can exit promptly."""
