@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     except SciperfError as exc:
         if debug:
             raise
-        print(f"sciperf {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"sciperf {args.verb}: error: {exc}{_which_rank()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         records = getattr(exc, "sciperf_records", None)  # a run names what it left
@@ -383,6 +383,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is None:  # the console script: only the interpreter's exit is left
             _ignore_late_signals()
+
+
+def _which_rank() -> str:
+    """" (rank R of N)" in a job of several ranks: mpirun and srun report the first rank to
+    exit, often not the one whose error this is (a file only rank 1 reads)."""
+    from sciperf.distributed import discover
+    try:
+        info = discover()
+    except (SciperfError, ValueError, KeyError):  # no job around this process: say nothing
+        return ""
+    return f" (rank {info.rank} of {info.world})" if info.world > 1 else ""
 
 
 def _silence_stdout() -> None:

@@ -157,3 +157,15 @@ def test_sighup_ends_with_its_own_status(monkeypatch, capsys) -> None:
     monkeypatch.setitem(cli.VERBS, "train", (cli.VERBS["train"][0], verb))
     assert cli.main(["train"]) == 129
     assert capsys.readouterr().err.startswith("sciperf train: terminated by SIGHUP")
+
+
+def test_a_rank_of_a_job_names_itself(sciperf_cmd, tmp_path: Path) -> None:
+    """mpirun/srun report the first rank to exit, often not the one whose error it is: the
+    line says which rank it came from; a process outside a job says nothing of ranks."""
+    job = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    line = _one_error_line(_run(sciperf_cmd, ["train", "workload=nope"], tmp_path, **job),
+                           "train")
+    assert "workload" in line and line.endswith(" (rank 1 of 2)"), line
+    alone = _one_error_line(_run(sciperf_cmd, ["train", "workload=nope"], tmp_path), "train")
+    assert "rank" not in alone, alone
