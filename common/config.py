@@ -197,6 +197,7 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
 
     _register()
+    _check_syntax(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
@@ -207,6 +208,30 @@ def compose(overrides: list[str]) -> DictConfig:
     _check_edits(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+def _check_syntax(overrides: Sequence[str]) -> None:
+    """Each override parsed alone, so a syntax error names the one that failed (Hydra's
+    own message, "mismatched input ' (' expecting <EOF>", named none: with ten overrides
+    the user could not tell which), and a sweep is refused as such (a comma or range()
+    is Hydra's multirun syntax; sciperf runs one configuration)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parsed = parser.parse_overrides([override])[0]
+        except Exception as exc:  # OverrideParseException and the grammar's own errors
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SciperfError(
+                f"cannot parse the override {override!r} ({reason}): overrides are "
+                "key=value; quote a value holding spaces, parentheses, '=' or ',': "
+                "key='…'") from exc
+        if parsed.is_sweep_override():
+            raise SciperfError(
+                f"{override!r} is a sweep (Hydra's multirun syntax: a comma, range(), "
+                "choice()); sciperf runs one configuration — quote a value holding a "
+                "comma: key='a,b'")
 
 
 _ABSENT = object()  # OmegaConf.select's default: tells a deleted key from a null one

@@ -171,3 +171,24 @@ def test_cli_deletion_is_one_line_exit_2(sciperf_cmd: list[str], tmp_path: Path)
     assert "Traceback" not in proc.stderr + proc.stdout and proc.stdout == ""
     assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr
     assert proc.stderr.startswith("sciperf show: error: cannot delete train:")
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("output_dir=/tmp/run (copy)", ["cannot parse the override 'output_dir=/tmp/run (copy)'",
+                                    "quote a value"]),
+    ("output_dir=/tmp/a=b", ["cannot parse the override 'output_dir=/tmp/a=b'"]),
+    ("nokeyhere", ["cannot parse the override 'nokeyhere'", "key=value"]),
+    ("output_dir=/tmp/a,b", ["'output_dir=/tmp/a,b' is a sweep", "key='a,b'"]),
+    ("seed=range(1,3)", ["'seed=range(1,3)' is a sweep"]),
+])
+def test_syntax_errors_name_their_override(override: str, words: list[str]) -> None:
+    """Hydra's "mismatched input ' (' expecting <EOF>" named no override (twice over), and
+    a sweep's "requires --multirun" named a flag sciperf does not have."""
+    message = _refused("seed=3", override)
+    assert all(w in message for w in words), message
+    assert "--multirun" not in message and message.count("mismatched") <= 1, message
+
+
+def test_quoted_values_with_commas_and_spaces_compose() -> None:
+    cfg = compose([*BASE, "output_dir='/tmp/a,b (copy)'"])
+    assert cfg.output_dir == "/tmp/a,b (copy)"
