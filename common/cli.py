@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sciperf.errors import SciperfError
 
@@ -124,6 +124,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     overrides = [o for o in args.overrides if not o.startswith("run=")]
     if len(runs) > 1:
         raise SciperfError("characterize takes at most one run=OUT")
+    if runs and not runs[0].strip():
+        raise SciperfError("run= is empty: name a run's output folder (an unset shell "
+                           "variable?)")
     out = check_out(Path(args.out or "characterize"))
     run = load_run(runs[0]) if runs else None
     cfg = compose(overrides)
@@ -288,10 +291,19 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line like every other user error (a misspelt verb
+    printed the three-line usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} -h` lists the verbs and "
+                     "options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """Argument parser listing every verb (and the registered workloads)."""
     from sciperf.workloads import DEFAULT, WORKLOADS
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="sciperf",
         description=f"MLPerf-HPC scientific-ML benchmarks ({', '.join(WORKLOADS)}) in PyTorch "
                     "and TensorFlow over one spec. Verbs take Hydra overrides key=value, e.g. "
@@ -347,6 +359,9 @@ def _check_options(args: argparse.Namespace) -> None:
         if getattr(args, option) not in (None, False) and args.verb not in verbs:
             raise SciperfError(f"--{option} is not an option of `sciperf {args.verb}` (it is "
                                f"one of {', '.join(verbs)})")
+    if args.out is not None and not args.out.strip():  # `--out $DIR`, DIR unset
+        raise SciperfError(f"--out is empty ({args.out!r}): name a folder (an unset shell "
+                           "variable?); it would write into the current directory")
     args.ruleset = args.ruleset or DEFAULT_RULESET
 
 

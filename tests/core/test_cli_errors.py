@@ -169,3 +169,22 @@ def test_a_rank_of_a_job_names_itself(sciperf_cmd, tmp_path: Path) -> None:
     assert "workload" in line and line.endswith(" (rank 1 of 2)"), line
     alone = _one_error_line(_run(sciperf_cmd, ["train", "workload=nope"], tmp_path), "train")
     assert "rank" not in alone, alone
+
+
+@pytest.mark.parametrize("argv", [["trian"], ["check", "--bogus", "x"], []])
+def test_argument_errors_are_one_line(sciperf_cmd, tmp_path: Path, argv: list[str]) -> None:
+    """argparse printed its three-line usage block before the error."""
+    proc = _run(sciperf_cmd, argv, tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("sciperf: error: ") and line.endswith("lists the verbs and options)")
+
+
+@pytest.mark.parametrize("argv", [["report", "x", "--out="], ["characterize", "--out", " "],
+                                  ["package", "x", "--system", "s", "--out="],
+                                  ["characterize", "run="]])
+def test_empty_folders_are_refused(sciperf_cmd, tmp_path: Path, argv: list[str]) -> None:
+    """`--out $DIR` with DIR unset wrote ./report, ./characterize into the current folder."""
+    line = _one_error_line(_run(sciperf_cmd, argv, tmp_path), argv[0])
+    assert "is empty" in line, line
+    assert list(tmp_path.iterdir()) == []
