@@ -197,7 +197,7 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
 
     _register()
-    _check_syntax(overrides)
+    parsed = _check_syntax(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
@@ -206,18 +206,19 @@ def compose(overrides: list[str]) -> DictConfig:
     except Exception as exc:  # Hydra/OmegaConf raise many types; all are user errors here
         raise SciperfError(_one_line(exc)) from exc
     _check_edits(cfg, overrides)
+    _check_booleans(cfg, parsed)
     validate(cfg)
     return cfg
 
 
-def _check_syntax(overrides: Sequence[str]) -> None:
+def _check_syntax(overrides: Sequence[str]) -> list[Any]:
     """Each override parsed alone, so a syntax error names the one that failed (Hydra's
     own message, "mismatched input ' (' expecting <EOF>", named none: with ten overrides
     the user could not tell which), and a sweep is refused as such (a comma or range()
     is Hydra's multirun syntax; sciperf runs one configuration)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
+    parser, parsed_all = OverridesParser.create(), []
     for override in overrides:
         try:
             parsed = parser.parse_overrides([override])[0]
@@ -232,6 +233,21 @@ def _check_syntax(overrides: Sequence[str]) -> None:
                 f"{override!r} is a sweep (Hydra's multirun syntax: a comma, range(), "
                 "choice()); sciperf runs one configuration — quote a value holding a "
                 "comma: key='a,b'")
+        parsed_all.append(parsed)
+    return parsed_all
+
+
+def _check_booleans(cfg: DictConfig, parsed: Sequence[Any]) -> None:
+    """A schema boolean set to anything but true/false: OmegaConf turned `2`, `-1`, `yes`
+    into true in silence (`train.overwrite=2` replaced a run's records)."""
+    for override in parsed:
+        if override.is_delete() or _is_group(override.key_or_group):
+            continue
+        key, value = override.key_or_group, override.value()
+        if isinstance(OmegaConf.select(cfg, key, default=None), bool) \
+                and not isinstance(value, bool):
+            raise SciperfError(f"{key}={override.input_line.split('=', 1)[-1]} must be true "
+                               "or false")
 
 
 _ABSENT = object()  # OmegaConf.select's default: tells a deleted key from a null one

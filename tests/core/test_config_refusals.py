@@ -192,3 +192,17 @@ def test_syntax_errors_name_their_override(override: str, words: list[str]) -> N
 def test_quoted_values_with_commas_and_spaces_compose() -> None:
     cfg = compose([*BASE, "output_dir='/tmp/a,b (copy)'"])
     assert cfg.output_dir == "/tmp/a,b (copy)"
+
+
+@pytest.mark.parametrize("override", ["train.overwrite=2", "data.shuffle=-1",
+                                      "framework.compile=1", "train.save_weights=yes",
+                                      "data.pinned_batches=on", "dry_run=1"])
+def test_booleans_are_true_or_false(override: str) -> None:
+    """OmegaConf read `train.overwrite=2` as true in silence."""
+    assert _refused(override) == f"{override} must be true or false"
+
+
+def test_booleans_compose_from_true_and_false() -> None:
+    cfg = compose([*BASE, "train.overwrite=true", "data.shuffle=False", "container=apptainer",
+                   "container.gpus=auto"])
+    assert cfg.train.overwrite is True and cfg.data.shuffle is False
