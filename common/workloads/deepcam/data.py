@@ -21,6 +21,7 @@ framework adapters turn them into NCHW-with-channels-last-memory or NHWC tensors
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,10 @@ STATS_FILE = "stats.h5"
 DATA_KEY, LABEL_KEY = "climate/data", "climate/labels_0"
 STATS_KEYS = ("minval", "maxval", "mean", "sqmean", "count")
 NUMERIC_KINDS = "iuf"  # numpy dtype kinds read as numbers (not bool, complex, text, records)
+# A sample read without a model shape (stats, convert) may hold at most this many values:
+# a declared (200000, 200000, 16) in a 1 MB chunked file would otherwise be allocated.
+MAX_SAMPLE_FACTOR = 4
+MAX_SAMPLE_VALUES = MAX_SAMPLE_FACTOR * math.prod(spec.SAMPLE_SHAPE)
 
 
 # --- normalisation statistics --------------------------------------------------------------
@@ -64,14 +69,10 @@ def read_stats(path: str | Path) -> dict[str, np.ndarray]:
                            "(`sciperf prepare` computes them over the train split)")
     try:
         with h5py.File(path, "r") as fh:
-            raw = {k: fh[f"climate/{k}"][...] for k in STATS_KEYS}
-    except (OSError, KeyError, ValueError) as exc:
+            raw = {k: _stats_dataset(fh, path, k)[...] for k in STATS_KEYS}
+    except (OSError, KeyError, ValueError, TypeError) as exc:
         raise SciperfError(f"cannot read statistics {path}: {_reason(exc)}") from exc
     out = {k: _stats_array(path, k, value) for k, value in raw.items()}
-    for key in ("minval", "maxval"):
-        if out[key].shape != (spec.SAMPLE_SHAPE[2],):
-            raise SciperfError(f"{path}: climate/{key} has shape {out[key].shape}, "
-                               f"expected ({spec.SAMPLE_SHAPE[2]},)")
     problem = _non_finite_stats(out)
     if problem:
         raise SciperfError(f"{path}: {problem}; recompute it with `sciperf prepare "
@@ -79,14 +80,34 @@ def read_stats(path: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
-def _stats_array(path: Path, key: str, value: object) -> np.ndarray:
-    """One statistic as float64; a dataset of strings or bytes (a foreign or hand-edited
-    file) is one line naming the file and dataset, not numpy's "could not convert"."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in NUMERIC_KINDS:
-        raise SciperfError(f"{path}: climate/{key} has dtype {arr.dtype}, which is not "
+def _stats_dataset(fh: h5py.File, path: Path, key: str) -> h5py.Dataset:
+    """``climate/<key>``, checked before it is read: a dataset (a group fails inside h5py
+    naming no file), numeric, and per channel — minval/maxval (C,), the others at most C
+    values (a declared huge shape would be allocated by the read)."""
+    ds = _h5_dataset(fh, path, f"climate/{key}")
+    _check_stats_dtype(path, key, ds.dtype)
+    shape, channels = _h5_shape(ds), spec.SAMPLE_SHAPE[2]
+    if key in ("minval", "maxval") and shape != (channels,):
+        raise SciperfError(f"{path}: climate/{key} has shape {shape}, expected ({channels},)")
+    if len(shape) > 1 or math.prod(shape) > channels:
+        raise SciperfError(f"{path}: climate/{key} has shape {shape}, expected at most "
+                           f"({channels},) (one value per channel)")
+    return ds
+
+
+def _check_stats_dtype(path: Path, key: str, dtype: np.dtype) -> None:
+    """A dataset of strings or bytes (a foreign or hand-edited file) is one line naming the
+    file and dataset, not numpy's "could not convert"."""
+    if dtype.kind not in NUMERIC_KINDS:
+        raise SciperfError(f"{path}: climate/{key} has dtype {dtype}, which is not "
                            "numeric; recompute it with `sciperf prepare workload=deepcam "
                            "data.source=stats`")
+
+
+def _stats_array(path: Path, key: str, value: object) -> np.ndarray:
+    """One statistic as float64 (its dtype checked again: the value may come from code)."""
+    arr = np.asarray(value)
+    _check_stats_dtype(path, key, arr.dtype)
     return arr.astype(np.float64)
 
 
@@ -266,16 +287,11 @@ def read_raw(path: Path, fmt: str,
     _check_format(fmt)
     labels = path if fmt == "hdf5" else label_path(path)  # the file the labels come from
     if fmt == "hdf5":
-        (x, y), checked = _read_hdf5(path), False
+        (x, y), checked = _read_hdf5(path, shape), False
     else:
         (x, checked), y = _load_npy_data(path), _load_npy(labels, "label")
     _check_numeric(path, x)
-    if x.ndim != 3 or y.shape != x.shape[:2]:
-        raise SciperfError(f"{path}: data {x.shape} and labels {y.shape} do not fit "
-                           "(expected (H, W, C) data and (H, W) labels)")
-    if shape is not None and x.shape != tuple(shape):
-        raise SciperfError(f"{path}: sample shape {x.shape} does not match the model's "
-                           f"input {tuple(shape)} (model.height/width/in_channels)")
+    _check_declared(path, x.shape, y.shape, shape)
     with np.errstate(over="ignore"):  # an overflow is reported as Inf just below
         x32 = np.asarray(x, np.float32)
     if not checked or x.dtype.itemsize > 4:  # float64 beyond float32's range becomes Inf
@@ -283,7 +299,7 @@ def read_raw(path: Path, fmt: str,
     return x32, _labels(labels, y)
 
 
-def _check_numeric(path: Path, x: np.ndarray) -> None:
+def _check_numeric(path: Path, x: np.ndarray | h5py.Dataset) -> None:
     """One line naming the file for data that is not numbers (strings, bytes): the float32
     cast would fail with numpy's "could not convert string to float", naming no file, or
     silently turn text such as "1" into values."""
@@ -310,14 +326,51 @@ def _check_finite(path: Path, x: np.ndarray) -> None:
                        f"Inf values; first in {first})")
 
 
-def _read_hdf5(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_hdf5(path: Path, shape: tuple[int, int, int] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Data and labels of an hdf5 sample, their declarations checked before anything is
+    read: a chunked dataset may declare terabytes in a 1 MB file (unwritten chunks read as
+    zeros), and a group where a dataset belongs fails inside h5py naming no file."""
     try:
         with h5py.File(path, "r") as fh:
-            return fh[DATA_KEY][...], fh[LABEL_KEY][...]
+            x, y = _h5_dataset(fh, path, DATA_KEY), _h5_dataset(fh, path, LABEL_KEY)
+            _check_numeric(path, x)
+            _check_label_dtype(path, y.dtype)
+            _check_declared(path, _h5_shape(x), _h5_shape(y), shape)
+            return x[...], y[...]
     except KeyError as exc:
         raise SciperfError(f"{path}: missing dataset {DATA_KEY} or {LABEL_KEY}") from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         raise SciperfError(f"cannot read {path}: {_reason(exc)}") from exc
+
+
+def _h5_dataset(fh: h5py.File, path: Path, key: str) -> h5py.Dataset:
+    """`key` of an open file, which must be a dataset (not a group or a link to one)."""
+    obj = fh[key]
+    if not isinstance(obj, h5py.Dataset):
+        raise SciperfError(f"{path}: {key} is a {type(obj).__name__.lower()}, not a dataset")
+    return obj
+
+
+def _h5_shape(ds: h5py.Dataset) -> tuple[int, ...]:
+    """A dataset's declared shape (an empty dataspace, whose shape is None: ())."""
+    return tuple(ds.shape or ())
+
+
+def _check_declared(path: Path, x: tuple[int, ...], y: tuple[int, ...],
+                    shape: tuple[int, int, int] | None) -> None:
+    """Data (H, W, C) and labels (H, W) of the model's `shape`, or, with no model (stats,
+    convert), at most MAX_SAMPLE_VALUES values: the shapes of what is about to be read."""
+    if len(x) != 3 or y != x[:2]:
+        raise SciperfError(f"{path}: data {x} and labels {y} do not fit "
+                           "(expected (H, W, C) data and (H, W) labels)")
+    if shape is not None and x != tuple(shape):
+        raise SciperfError(f"{path}: sample shape {x} does not match the model's "
+                           f"input {tuple(shape)} (model.height/width/in_channels)")
+    if shape is None and math.prod(x) > MAX_SAMPLE_VALUES:
+        raise SciperfError(f"{path}: {DATA_KEY} declares shape {x} ({math.prod(x) * 4 / 2**30:.1f}"
+                           f" GiB as float32), over {MAX_SAMPLE_FACTOR}× the reference's "
+                           f"{spec.SAMPLE_SHAPE}: not a DeepCAM sample")
 
 
 def _load_npy(path: Path, what: str) -> np.ndarray:
@@ -340,13 +393,19 @@ def _labels(path: Path, y: np.ndarray) -> np.ndarray:
     """Labels as uint8; values outside {0, 1, 2} are a corrupt or foreign file. `path` is
     the file holding the labels (npy: the .label.npy), so the message points at it."""
     classes = f"classes 0..{spec.NUM_CLASSES - 1}"
-    if y.dtype.kind not in "iuf":
-        raise SciperfError(f"{path}: labels must be {classes}, found dtype {y.dtype}")
+    _check_label_dtype(path, y.dtype)
     bad = _first_bad_label(y)
     if bad is not None:
         raise SciperfError(f"{path}: label value {bad} is out of range; labels must be "
                            f"{classes} (dtype {y.dtype})")
     return y.astype(np.uint8)
+
+
+def _check_label_dtype(path: Path, dtype: np.dtype) -> None:
+    """Labels are numbers (text or records cannot be classes)."""
+    if dtype.kind not in "iuf":
+        raise SciperfError(f"{path}: labels must be classes 0..{spec.NUM_CLASSES - 1}, found "
+                           f"dtype {dtype}")
 
 
 def _first_bad_label(y: np.ndarray) -> int | float | None:

@@ -108,10 +108,24 @@ def record_count(container: Path, fmt: str) -> int:
         if raw is None:
             raise SciperfError(f"{container}: no '{LENGTH_KEY.decode()}' key (not an OC20 LMDB)")
         length = pickles.loads(raw, f"{container} key length")
-        if not isinstance(length, int) or length < 0:
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
             raise SciperfError(f"{container} key length: {length!r} is not a record count")
+        held = _lmdb_entries(container) - 1  # every key but `length` itself
+        if length > held:  # a split of 10^8 phantom paths would exhaust memory listing it
+            raise SciperfError(f"{container} key length: {length} records claimed, the file "
+                               f"holds {held}")
         return length
     return int(_mapped(container / "natoms.npy").shape[0])
+
+
+def _lmdb_entries(container: Path) -> int:
+    """Keys in an LMDB file (its B-tree's count: no record is read)."""
+    import lmdb
+
+    try:
+        return int(shared_lmdb(container).stat()["entries"])
+    except lmdb.Error as exc:
+        raise SciperfError(f"{container}: corrupt LMDB file ({exc})") from None
 
 
 def _mapped(path: Path) -> np.ndarray:
@@ -257,20 +271,35 @@ def from_reference(rec: Any, source: str) -> dict[str, Any]:
                 "force": np.asarray(arr["force"], np.float32),
                 "fixed": np.asarray(arr["fixed"]), "tags": np.asarray(arr["tags"]),
                 "cell": np.asarray(arr["cell"], np.float32).reshape(3, 3),
-                "energy": float(arr["y"]), "sid": int(arr["sid"]), "fid": int(arr["fid"]),
-                "edge_index": np.asarray(arr["edge_index"]),
-                "cell_offsets": np.asarray(arr["cell_offsets"]), "natoms": int(arr["natoms"])}
-    except (TypeError, ValueError) as exc:
+                "energy": float(arr["y"]),
+                **{key: _whole_number(arr[key], f"{source} {key}")
+                   for key in ("sid", "fid", "natoms")},
+                **{key: _integral(arr[key], f"{source} {key}")
+                   for key in ("edge_index", "cell_offsets")}}
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(1e400)
         raise SciperfError(f"{source}: malformed record ({exc})") from None
+
+
+def _whole_number(value: Any, what: str) -> int:
+    """One integer (a Python int, a float PyG kept, a one-element tensor): ``int()`` alone
+    would truncate 3.7 to 3 and raise a bare OverflowError for inf."""
+    arr = _integral(value, what)
+    if arr.size != 1:
+        raise SciperfError(f"{what}: {arr.size} values where one number belongs")
+    return int(arr.reshape(-1)[0])
 
 
 def _integral(values: Any, what: str) -> np.ndarray:
     """Integers stored as floats (PyG keeps atomic numbers as float tensors) → int64;
-    a fractional or non-finite value is refused rather than truncated to another element."""
+    a fractional, non-finite or int64-overflowing value is refused rather than truncated
+    to another element, atom or image (a fractional edge index passed every check, then
+    failed in np.bincount naming no record)."""
     arr = np.asarray(values)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise SciperfError(f"{what}: not whole numbers")
+        if arr.size and np.abs(arr).max() >= 2.0**63:
+            raise SciperfError(f"{what}: {np.abs(arr).max():g} does not fit int64")
     elif arr.dtype.kind not in "iub":
         raise SciperfError(f"{what}: dtype {arr.dtype} is not numeric")
     return arr.astype(np.int64)
@@ -289,6 +318,10 @@ def check_structure(s: Mapping[str, Any], source: str, cutoff: float) -> None:
     for key in (*shapes, "atomic_numbers"):  # text in a record: one line, not a numpy error
         if s[key].dtype.kind not in NUMERIC_KINDS:
             raise SciperfError(f"{source}: {key} has dtype {s[key].dtype}, which is not numeric")
+    for key in ("edge_index", "cell_offsets", "atomic_numbers"):  # indices: a float is cut
+        if s[key].dtype.kind not in "biu":  # to another atom (the reader converts whole ones)
+            raise SciperfError(f"{source}: {key} has dtype {s[key].dtype}, which is not an "
+                               "integer type")
     if "natoms" in s and int(s["natoms"]) != n:
         raise SciperfError(f"{source}: natoms={s['natoms']} but {n} atoms")
     for key in ("pos", "force", "cell"):

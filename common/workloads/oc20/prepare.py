@@ -21,6 +21,7 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
     """EMT slabs in the reference LMDB format and the npy shards, unless identical ones
     exist; prints the training forces' statistics (the normaliser a mini config uses)."""
     req = synthetic.request_from_config(cfg)
+    req.check()  # before data.dir is created: a refused request leaves no empty folder
     if not force and synthetic.dataset_complete(req):
         print(f"dataset ready: {req.root} ({req.train_samples}+{req.eval_samples} EMT slabs, "
               f"lmdb + npy, seed {req.seed})")

@@ -35,6 +35,8 @@ EVAL_SAMPLES = 999_866  # val_id
 SPLITS = ("train", "validation")
 NUM_ELEMENTS = 95  # atomic-number embedding rows (Z = 0..94)
 MAX_NEIGHBOURS = 50  # per centre atom, nearest first (preprocessing)
+SYNTHETIC_METALS = ("Cu", "Ag", "Au", "Ni", "Pd", "Pt")  # EMT's realistic fcc metals
+FIXED_LAYERS = 2  # bottom slab layers held fixed by the synthetic generator
 
 # Target normalisation of the reference (the energy std is reused for the forces).
 ENERGY_MEAN = -0.7554450631141663
@@ -272,6 +274,35 @@ def check_config(cfg: Any) -> None:
     d = cfg.data
     if float(d.force_std) <= 0 or float(d.energy_std) <= 0:
         raise ValueError("data.force_std and data.energy_std must be > 0")
+    check_generator(metals=list(d.metals), slab=list(d.slab), rattle=float(d.rattle),
+                    adsorbate_probability=float(d.adsorbate_probability),
+                    max_neighbours=int(d.max_neighbours),
+                    structures_per_container=int(d.structures_per_container))
+
+
+def check_generator(*, metals: list[str], slab: list[int], rattle: float,
+                    adsorbate_probability: float, max_neighbours: int,
+                    structures_per_container: int) -> None:
+    """The synthetic generator's ``data.*`` keys, one key and value per message
+    (ValueError). Checked when the config is composed (`sciperf show` and `train` refuse
+    them too) and again by the generator, before `sciperf prepare` creates data.dir."""
+    bad = [m for m in metals if m not in SYNTHETIC_METALS]
+    if bad or not metals:
+        raise ValueError(f"data.metals=[{', '.join(map(str, metals))}]: EMT slabs support "
+                         f"{', '.join(SYNTHETIC_METALS)}")
+    if len(slab) != 3 or min(slab) < 1 or slab[2] <= FIXED_LAYERS:
+        raise ValueError(f"data.slab={slab}: three positive sizes (cells a, b, layers) with "
+                         f"more than {FIXED_LAYERS} layers (the bottom {FIXED_LAYERS} are fixed)")
+    if not 0 <= adsorbate_probability <= 1:
+        raise ValueError(f"data.adsorbate_probability={adsorbate_probability} must be in "
+                         "[0, 1]")
+    if not rattle >= 0:  # NaN too
+        raise ValueError(f"data.rattle={rattle} must be >= 0 (Å)")
+    if max_neighbours < 1:
+        raise ValueError(f"data.max_neighbours={max_neighbours} must be >= 1")
+    if structures_per_container < 1:
+        raise ValueError(f"data.structures_per_container={structures_per_container} must "
+                         "be >= 1")
 
 
 def check_run(cfg: Any) -> None:

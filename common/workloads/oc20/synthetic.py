@@ -29,11 +29,11 @@ import numpy as np
 from sciperf.data import manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
-from sciperf.workloads.oc20 import data, graph
+from sciperf.workloads.oc20 import data, graph, spec
 
-METALS = ("Cu", "Ag", "Au", "Ni", "Pd", "Pt")  # EMT's realistic fcc metals
+METALS = spec.SYNTHETIC_METALS  # EMT's realistic fcc metals
 SITES = ("fcc", "hcp", "ontop")
-FIXED_LAYERS = 2
+FIXED_LAYERS = spec.FIXED_LAYERS
 VACUUM = 8.0  # Å
 HEIGHT_RANGE = (0.8, 2.6)  # Å above the top layer, searched for the EMT minimum
 SPLIT_STREAMS = {"train": 0, "validation": 1}
@@ -56,22 +56,22 @@ class GenerateRequest:
     per_container: int
 
     def check(self) -> None:
-        bad = [m for m in self.metals if m not in METALS]
-        if bad or not self.metals:
-            raise SciperfError(f"data.metals={list(self.metals)}: EMT slabs support "
-                               f"{', '.join(METALS)}")
-        if len(self.slab) != 3 or min(self.slab) < 1 or self.slab[2] <= FIXED_LAYERS:
-            raise SciperfError(f"data.slab={list(self.slab)}: three positive sizes with more "
-                               f"than {FIXED_LAYERS} layers (the bottom {FIXED_LAYERS} are fixed)")
-        if not 0 <= self.adsorbate_probability <= 1 or self.rattle < 0:
-            raise SciperfError("data.adsorbate_probability must be in [0, 1], data.rattle >= 0")
+        """The request's values, one line naming the key (the config check runs the same
+        rules at compose time; this covers requests made in code)."""
+        try:
+            spec.check_generator(metals=list(self.metals), slab=list(self.slab),
+                                 rattle=self.rattle,
+                                 adsorbate_probability=self.adsorbate_probability,
+                                 max_neighbours=self.max_neighbours,
+                                 structures_per_container=self.per_container)
+        except ValueError as exc:
+            raise SciperfError(str(exc)) from None
         if self.train_samples < 1 or self.eval_samples < 1:
             raise SciperfError(f"data.train_samples={self.train_samples}, data.eval_samples="
                                f"{self.eval_samples}: synthetic data needs at least one "
                                "structure per split (0 means 'all' only for existing data)")
-        if self.cutoff <= 0 or self.max_neighbours < 1 or self.per_container < 1:
-            raise SciperfError("model.cutoff, data.max_neighbours and "
-                               "data.structures_per_container must be positive")
+        if not self.cutoff > 0:
+            raise SciperfError(f"model.cutoff={self.cutoff} must be > 0 (Å)")
 
 
 def structure(req: GenerateRequest, split: str, index: int) -> dict[str, Any]:
