@@ -349,13 +349,35 @@ def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -
     return blocks
 
 
+def _check_replaceable(out: Path) -> None:
+    """`out` may be replaced whole only when it holds nothing but a report's own files
+    (report.md, report.html, PNG plots): notes or folders a user kept beside a report
+    were deleted with it."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SciperfError(f"{out} exists and is not a sciperf report directory")
+    found = sorted(out.iterdir())
+    if found and not (out / "report.md").is_file():
+        raise SciperfError(f"{out} exists and is not a sciperf report directory")
+    foreign = [p.name for p in found if not _report_file(p)]
+    if foreign:
+        raise SciperfError(f"{out} holds files a report does not write ({', '.join(foreign)}); "
+                           "replacing the report would delete them: move them or name "
+                           "another --out")
+
+
+def _report_file(path: Path) -> bool:
+    """A file `report` writes (and so may replace)."""
+    return path.is_file() and (path.name in ("report.md", "report.html")
+                               or path.suffix == ".png")
+
+
 def report(targets: Sequence[str | Path], out: str | Path, ruleset: str = RULESET) -> Path:
     """Write report.md, report.html and the PNGs to `out`, replacing a previous report
     whole (built aside, then renamed; an error leaves the old one untouched)."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir())
-                                              and not (out / "report.md").is_file())):
-        raise SciperfError(f"{out} exists and is not a sciperf report directory")
+    _check_replaceable(out)
     check_output_dir(out, aside=True)
     with new_parents(out):
         tmp = aside_dir(out)

@@ -229,6 +229,13 @@ def test_rerun_replaces_the_report_and_errors_leave_it(mini_runs, tmp_path):
     with pytest.raises(SciperfError, match="is not a sciperf report directory"):
         report([mini_runs["pytorch"]], tmp_path / "other")
     assert (tmp_path / "other" / "keep.txt").read_text() == "mine"
+    (out / "notes.txt").write_text("mine")  # beside a report: replacing it deleted them
+    (out / "sub").mkdir()
+    with pytest.raises(SciperfError, match=r"holds files a report does not write "
+                                           r"\(notes.txt, sub\)"):
+        report([mini_runs["pytorch"]], out)
+    assert (out / "notes.txt").read_text() == "mine" and "tensorflow" in (
+        out / "report.md").read_text()
 
 
 def test_build_without_runs_is_an_error(tmp_path):
