@@ -539,6 +539,11 @@ def _check_dirs(cfg: DictConfig) -> None:
         if not str(value).strip():
             raise SciperfError(f"{key} is empty ({key}={value!r}): name a directory (an unset "
                                "shell variable?); it would write into the current directory")
+    for key in ("system.stage_dir", "system.scratch_dir", "data.stage_dir"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not str(value).strip():  # null turns it off, not ""
+            raise SciperfError(f"{key} is empty ({key}={value!r}): name a directory (an unset "
+                               "shell variable?) or null for none")
 
 
 PEAKS = ("system.peak_flops", "system.peak_io_bw")  # per node; `sciperf characterize`

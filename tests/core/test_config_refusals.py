@@ -206,3 +206,11 @@ def test_booleans_compose_from_true_and_false() -> None:
     cfg = compose([*BASE, "train.overwrite=true", "data.shuffle=False", "container=apptainer",
                    "container.gpus=auto"])
     assert cfg.train.overwrite is True and cfg.data.shuffle is False
+
+
+@pytest.mark.parametrize("key", ["data.stage_dir", "system.stage_dir", "system.scratch_dir"])
+def test_an_empty_optional_directory_is_refused(key: str) -> None:
+    """`data.stage_dir=$LOCAL` with LOCAL unset turned staging off in silence; null says
+    "none" on purpose."""
+    assert _refused(f"{key}=").startswith(f"{key} is empty ({key}=''): ")
+    assert OmegaConf.select(compose([*BASE, f"{key}=null"]), key) is None
