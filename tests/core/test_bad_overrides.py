@@ -61,6 +61,8 @@ PREPARE_CASES = [
     ("oc20", "opt.warmup_factor=2", "opt.warmup_factor", "[0, 1]"),
     ("oc20", "opt.decay_factor=0", "opt.decay_factor", "(0, 1]"),
     ("oc20", "model.cutoff=-1", "model.cutoff", "> 0"),
+    ("oc20", "opt.lr=0", "opt.lr", "finite number > 0"),  # trained nothing, exit 1
+    ("openfold", "opt.lr=0", "opt.lr", "finite number > 0"),
 ]
 
 

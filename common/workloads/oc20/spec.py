@@ -178,8 +178,10 @@ def check_optimizer(o: Any) -> None:
     if low:
         raise ValueError(f"opt.milestones={list(o.milestones)}: every milestone counts optimizer "
                          f"steps and must be >= {MIN_MILESTONE} (the reference refuses {low[0]})")
-    if int(o.warmup_steps) < 0 or float(o.lr) < 0:
-        raise ValueError("opt.lr and opt.warmup_steps must be >= 0")
+    if not 0 < float(o.lr) < math.inf:  # 0 trains nothing; NaN passed a `< 0` test
+        raise ValueError(f"opt.lr={o.lr} must be a finite number > 0")
+    if int(o.warmup_steps) < 0:
+        raise ValueError(f"opt.warmup_steps={o.warmup_steps} must be >= 0")
     if not 0 <= float(o.warmup_factor) <= 1:
         raise ValueError(f"opt.warmup_factor={o.warmup_factor} must be in [0, 1] (the warmup "
                          "rises from factor·lr to lr)")

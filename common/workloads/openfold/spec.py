@@ -179,9 +179,11 @@ def check_optimizer(o: Any) -> None:
     """Choices the schema cannot restrict (ValueError naming the key)."""
     if o.name != "Adam":
         raise ValueError(f"opt.name={o.name}: the OpenFold benchmark trains with Adam")
-    for key in ("lr", "warmup_lr_init", "weight_decay", "clip_norm"):
-        if float(getattr(o, key)) < 0:
-            raise ValueError(f"opt.{key}={getattr(o, key)} must be >= 0")
+    if not 0 < float(o.lr) < math.inf:  # 0 trains nothing; NaN passed a `< 0` test
+        raise ValueError(f"opt.lr={o.lr} must be a finite number > 0")
+    for key in ("warmup_lr_init", "weight_decay", "clip_norm"):
+        if not 0 <= float(getattr(o, key)) < math.inf:
+            raise ValueError(f"opt.{key}={getattr(o, key)} must be a finite number >= 0")
     if int(o.warmup_steps) < 0:
         raise ValueError(f"opt.warmup_steps={o.warmup_steps} must be >= 0")
     for key in ("beta_1", "beta_2", "swa_decay"):
