@@ -12,7 +12,9 @@ import contextlib
 import os
 import re
 import signal
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,33 +275,82 @@ def init_horovod(hvd: object, info: RankInfo, timeout_s: int | None = None) -> N
 LOCAL_RUN_ID = "sciperf-local"  # the run id `sciperf launch launcher=local` gives its ranks
 
 
-def end_stopped_siblings(env: Mapping[str, str] | None = None) -> list[int]:
-    """After a peer was lost under torchrun: SIGKILL this node's stopped workers (a hung
+SIBLING_GRACE_S = 5.0  # a continued sibling's time to write its records before SIGKILL
+
+
+def end_stopped_siblings(env: Mapping[str, str] | None = None,
+                         grace_s: float = SIBLING_GRACE_S) -> list[int]:
+    """After a peer was lost under torchrun: end this node's stopped workers (a hung
     node's stand-in, state T), returning their pids.
 
     torchrun ends the other workers of a failed job with SIGTERM and waits 30 s before
     SIGKILL (its failure path ignores --shutdown-timeout); a stopped process never
     handles SIGTERM, so a hang would end 30 s after the collective timeout — past the
-    60 s a job should take to die. Only stopped siblings (children of the same torchrun
-    agent) are touched; running ones get torchrun's SIGTERM and write their records.
+    60 s a job should take to die. Each stopped sibling gets SIGTERM and SIGCONT, as Slurm
+    ends a step, so it handles the SIGTERM and closes its records (a stopped rank 0 left
+    summary.json "running" when it got SIGKILL at once); what still lives after `grace_s`
+    gets SIGKILL. Only stopped siblings (children of the same torchrun agent) are touched;
+    running ones get torchrun's SIGTERM and write their records.
     Under `sciperf launch launcher=local` nothing is done: its supervisor stops every rank
-    itself (SIGTERM, SIGKILL after 5 s) and names the rank that failed first — a
-    SIGKILL from here would reach it first and read as an OOM kill.
+    itself (SIGTERM and SIGCONT, SIGKILL after 5 s) and names the rank that failed first —
+    a signal from here would reach it first and read as the cause.
     """
     env = os.environ if env is None else env
     run_id = env.get("TORCHELASTIC_RUN_ID")
     if run_id is None or run_id.startswith(LOCAL_RUN_ID):
         return []
-    agent, me, ended = os.getppid(), os.getpid(), []
+    agent = os.getppid()
+    stopped = [pid for pid, state in _children_states(agent).items()
+               if state in ("T", "t") and pid != os.getpid()]
+    if not stopped:
+        return []
+    for pid in stopped:
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+    with _late_terms_ignored():
+        deadline = time.monotonic() + grace_s
+        while (alive := _alive_children(agent, stopped)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    for pid in alive:  # still the agent's live child: the pid was not reused meanwhile
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return stopped
+
+
+@contextlib.contextmanager
+def _late_terms_ignored() -> Iterator[None]:
+    """SIGTERM/SIGHUP ignored while the caller waits for its siblings: its records are
+    closed and it is on its way out, but torchrun, seeing a sibling end, SIGTERMs it —
+    and "terminated by SIGTERM" replaced the line naming the lost peer."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _children_states(parent: int) -> dict[int, str]:
+    """pid → state letter of `parent`'s children, from /proc."""
+    found = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit():
             continue
         try:  # "pid (comm) state ppid …": comm may hold spaces, so split after ')'
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == agent and fields[0] in ("T", "t"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                ended.append(int(entry.name))
-    return ended
+        if int(fields[1]) == parent:
+            found[int(entry.name)] = fields[0]
+    return found
+
+
+def _alive_children(parent: int, pids: list[int]) -> list[int]:
+    """Those of `pids` still running as `parent`'s children (a zombie has ended: its
+    records are written, only the agent's reaping is left)."""
+    states = _children_states(parent)
+    return [pid for pid in pids if states.get(pid, "Z") != "Z"]

@@ -173,7 +173,7 @@ def _die_with_supervisor() -> Callable[[], None] | None:
         return None
     supervisor = os.getpid()
 
-    def preexec() -> None:  # in the child, between fork and exec: no locks, no allocations
+    def preexec() -> None:  # in the child, between fork and exec: kept to two calls
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != supervisor:  # it died before prctl: no signal would ever come
             os._exit(128 + signal.SIGTERM)
