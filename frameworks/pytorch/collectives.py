@@ -21,9 +21,10 @@ from sciperf.errors import PeerLostError, SciperfError
 # died closed its sockets (its kernel did), one that hung (or whose node went down) is only
 # seen when the wait runs out
 DIED_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
-TIMEOUT_SIGNS = ("Timed out", "timed out", "Horovod has been shut down", "stall",
-                 "NCCL communicator was aborted")
-PEER_SIGNS = DIED_SIGNS + TIMEOUT_SIGNS
+TIMEOUT_SIGNS = ("Timed out", "timed out", "stall", "NCCL communicator was aborted")
+# Horovod shuts down at once when a peer dies, and after its stall check when one hangs
+SHUTDOWN_SIGNS = ("Horovod has been shut down",)
+PEER_SIGNS = DIED_SIGNS + TIMEOUT_SIGNS + SHUTDOWN_SIGNS
 # rank 0's TCPStore when not every rank connected in time: "… 1/2 clients joined."
 JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 
@@ -186,6 +187,9 @@ class Comm:
             return None
         if any(sign in text for sign in DIED_SIGNS):  # seen at once, not after the timeout
             return (f"a peer rank died (it closed its connection); rank {self.info.rank} "
+                    f"stopped too ({first})")
+        if any(sign in text for sign in SHUTDOWN_SIGNS):
+            return (f"Horovod shut down: a peer rank died or stalled; rank {self.info.rank} "
                     f"stopped too ({first})")
         if not any(sign in text for sign in TIMEOUT_SIGNS):
             return None

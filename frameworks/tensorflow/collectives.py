@@ -13,8 +13,11 @@ from sciperf.distributed import RankInfo, init_horovod
 from sciperf.errors import SciperfError
 
 # what a lost peer looks like in Horovod's errors
-PEER_SIGNS = ("Horovod has been shut down", "stall", "Timed out", "timed out",
-              "Connection closed by peer", "Connection reset by peer", "Broken pipe")
+DIED_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+TIMEOUT_SIGNS = ("Timed out", "timed out", "stall")
+# Horovod shuts down at once when a peer dies, and after its stall check when one hangs
+SHUTDOWN_SIGNS = ("Horovod has been shut down",)
+PEER_SIGNS = DIED_SIGNS + TIMEOUT_SIGNS + SHUTDOWN_SIGNS
 
 
 class Comm:
@@ -78,14 +81,21 @@ class Comm:
         return None
 
     def peer_lost(self, exc: BaseException) -> str | None:
-        """One line when `exc` says a peer rank died or stopped answering (Horovod's stall
-        shutdown or a broken connection); None for anything else."""
+        """One line when `exc` says a peer rank died or stopped answering (Horovod's
+        shutdown, its stall check, a broken connection); None for anything else. The
+        timeout is named only when one ran out: a death is seen at once."""
         text = str(exc)
         if not self.active or not any(sign in text for sign in PEER_SIGNS):
             return None
         first = text.strip().splitlines()[0][:200]
-        return (f"a peer rank stopped responding or died; rank {self.info.rank} gave up "
-                f"after distributed.timeout_s={self.timeout_s} ({first})")
+        rank = self.info.rank
+        if any(sign in text for sign in DIED_SIGNS):
+            return f"a peer rank died (it closed its connection); rank {rank} stopped too ({first})"
+        if any(sign in text for sign in SHUTDOWN_SIGNS):
+            return (f"Horovod shut down: a peer rank died or stalled; rank {rank} stopped too "
+                    f"({first})")
+        return (f"a peer rank stopped responding (hung, or its node went down); rank {rank} "
+                f"gave up after distributed.timeout_s={self.timeout_s} ({first})")
 
 
 def _horovod():

@@ -165,6 +165,10 @@ def test_a_dead_peer_is_not_reported_as_a_timeout():
     hung = _lost_line("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
                       "10000ms for recv operation to complete")
     assert hung is not None and "gave up after distributed.timeout_s=10" in hung, hung
+    shut = _lost_line("Horovod has been shut down. This was caused by an exception on one "
+                      "of the ranks or an asynchronous completion of a background operation.")
+    assert shut is not None and shut.startswith("Horovod shut down: a peer rank died or "
+                                                "stalled") and "timeout" not in shut, shut
     assert _lost_line("CUDA out of memory") is None
 
 
