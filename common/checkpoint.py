@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +69,12 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
     """Checkpoint after `epoch` epochs: the backend's state, the driver's, the MLLOG so far,
     then the manifest; renamed into place; older ones beyond `keep` removed."""
     root = folder(out)
-    root.mkdir(parents=True, exist_ok=True)
     name = _name(epoch, partial)
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    failure = None
     try:
+        tmp.mkdir(parents=True)
         backend.save_state(tmp)
         (tmp / DRIVER).write_text(json.dumps({"format": FORMAT, **driver}, indent=2,
                                              allow_nan=False))
@@ -85,10 +86,36 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
                                                 "files": files}, indent=2))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+    except (OSError, RuntimeError) as exc:  # a full disk: one line, no partial folder
+        failure = f"cannot write checkpoint {final}: {_write_reason(exc, root)}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if failure is not None:  # raised outside the handler, so the writer's error is not
+        # chained to it: that error's frames kept torch's half-written file open, and the
+        # space it held from the run's closing records (summary.json)
+        raise SciperfError(failure)
     _prune(root, keep)
     return final
+
+
+FULL_BYTES = 4 << 20  # free space below which a failed write is put down to a full disk
+
+
+def _write_reason(exc: OSError | RuntimeError, where: Path) -> str:
+    """Why a checkpoint could not be written. The OS says it for Python's writes; torch's
+    zip writer says only "unexpected pos 76416 vs 76368" or "iostream error", so a full
+    disk is named when the disk is full, and the writer's words kept otherwise."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    try:
+        full = shutil.disk_usage(where).free < FULL_BYTES
+    except OSError:
+        full = False
+    text = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(exc).strip())
+    words = text.splitlines()[0] if text else type(exc).__name__
+    if full:
+        return f"No space left on device ({words})"
+    return f"the framework's writer failed ({words}); is the disk full or a file size limit hit?"
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import math
 import os
@@ -189,8 +190,16 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         check_output_dir(Path(cfg.data.stage_dir), "data.stage_dir=")
     out = Path(cfg.output_dir)
     found, replace = _resume_point(cfg, out, info)
-    output.claim(out, bool(cfg.train.overwrite) or replace, rank == 0, info.instance,
-                 info.instances, resuming=found is not None)
+    overwrite = bool(cfg.train.overwrite) or replace
+    try:  # before the claim, which an overwrite makes delete the earlier run's records
+        _check_init_files(cfg)
+    except SciperfError:
+        if out.is_dir() and not overwrite and found is None:  # an earlier run there: its
+            output.claim(out, False, rank == 0, info.instance,  # refusal (it deletes
+                         info.instances)  # nothing) is said first
+        raise
+    output.claim(out, overwrite, rank == 0, info.instance, info.instances,
+                 resuming=found is not None)
     log_path = out / result_file(info.instance)
     if found is not None and rank == 0:  # the resumed run continues the log it left
         _continue_log(found, log_path)
@@ -198,36 +207,53 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
                    instance=info.instance if info.instances > 1 else None)
     t0 = time.time()
     git_hash()  # resolved now (cached), not on the abort path where time is short
-    if found is None:
-        mll.init_start()
-        mll.submission(workload.name, cfg.system, nodes=info.nodes)
     state = RunState(world=world, image=image, precision=choice, backend=backend,
                      malloc=malloc)
     state.resume_from, state.t0 = found, t0
     if found is not None:  # before anything can fail: an abort's records then continue the
         _restore_driver(found, state)  # resumed log (run_stop, history), not a blank run
+    unwritten: list[str] = []  # closing records a failed write left out ("cannot write …")
+    stopped: list[bool] = []  # run_stop is in the log: an abort after it adds none
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
-        with _shielded():
-            if state.run_start is not None:
-                mll.run_stop(False, workload.epoch_num(cfg, state.epochs))
-            _write_summary(out, cfg, workload, state.backend, state, "error", t0,
-                           state.run_start, info)
-            mll.close()
+        with _shielded():  # each record tried on its own: a full disk may refuse some
+            if state.run_start is not None and not stopped:
+                with _kept_in(unwritten):
+                    mll.run_stop(False, workload.epoch_num(cfg, state.epochs))
+            with _kept_in(unwritten):
+                _write_summary(out, cfg, workload, state.backend, state, "error", t0,
+                               state.run_start, info)
+            with _kept_in(unwritten):
+                mll.close()
             if (hb := heartbeat.current()) is not None:
                 hb.written()
 
-    closer = _Closer(closing_records, lambda: _records_line(out, info, state.run_start))
+    closer = _Closer(closing_records, lambda: _closing_line(
+        _records_line(out, info, state.run_start), unwritten))
     try:
+        if found is None:  # a header that cannot be written ends the run as any failure
+            mll.init_start()
+            mll.submission(workload.name, cfg.system, nodes=info.nodes)
         with _signal_watcher(closer, _term_grace(cfg)), \
                 _stop_on_request(bool(cfg.train.checkpoint_every), _term_grace(cfg) > 0):
             _run(cfg, info, workload, mll, state, out, plan)
+        # the last records can fail too (a disk that filled during the run): the same path
+        mll.run_stop(state.success, workload.epoch_num(cfg, state.epochs))
+        stopped.append(True)
+        mll.close()
+        state.backend.close()
+        status = "success" if state.success else "checkpointed" if state.checkpointed \
+            else "aborted"
+        return _write_summary(out, cfg, workload, state.backend, state, status, t0,
+                              state.run_start, info)
     except BaseException as exc:
         closer()
         lost = state.backend.peer_lost(exc) if state.backend is not None else None
         if lost:  # one line, not the collective's traceback
             end_stopped_siblings()
             raise PeerLostError(f"{lost}; {closer.line()}") from None
+        if (failed := _write_failure(exc, out, unwritten)) is not None:
+            raise failed from exc  # one line naming the file, and what was not written
         # what this rank left behind, for the CLI's last line (a peer's death must not
         # claim a record that only rank 0 writes)
         exc.sciperf_records = closer.line()  # type: ignore[attr-defined]
@@ -235,13 +261,6 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         # peer failed): the writing rank's line says it once, not once per rank
         exc.sciperf_quiet = info.rank != 0  # type: ignore[attr-defined]
         raise
-    mll.run_stop(state.success, workload.epoch_num(cfg, state.epochs))
-    mll.close()
-    state.backend.close()
-    status = "success" if state.success else "checkpointed" if state.checkpointed \
-        else "aborted"
-    return _write_summary(out, cfg, workload, state.backend, state, status, t0,
-                          state.run_start, info)
 
 
 def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: RunState,
@@ -399,8 +418,12 @@ def _continue_log(found: checkpoint.Found, log: Path) -> None:
             line = ":::MLLOG " + json.dumps(record)
         out.append(line)
     tmp = log.with_name(f".{log.name}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in out))
-    os.replace(tmp, log)
+    try:
+        tmp.write_text("".join(f"{line}\n" for line in out))
+        os.replace(tmp, log)
+    except OSError as exc:  # a full disk: the old log stands, no temporary left
+        tmp.unlink(missing_ok=True)
+        raise SciperfError(f"cannot write {log}: {exc.strerror or exc}") from exc
 
 
 def _restore_driver(found: checkpoint.Found, state: RunState) -> None:
@@ -804,9 +827,79 @@ def _write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state:
     if info.rank == 0:
         name = summary_file(info.instance, info.instances)
         tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False))
-        os.replace(tmp, out / name)
+        text = json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, out / name)
+        except OSError as exc:  # a full disk: no temporary left, one line naming the file
+            tmp.unlink(missing_ok=True)
+            raise SciperfError(f"cannot write {out / name}: {exc.strerror or exc}") from exc
     return summary
+
+
+@contextlib.contextmanager
+def _kept_in(unwritten: list[str]) -> Iterator[None]:
+    """One closing record of an aborted run: a write it cannot make is kept in
+    `unwritten` (the run already failed: the other records are still tried)."""
+    try:
+        yield
+    except SciperfError as exc:
+        unwritten.append(str(exc))
+
+
+def _closing_line(line: str, unwritten: list[str]) -> str:
+    """What the closing records left, for the CLI's last line: the records line, or which
+    writes failed (a summary.json that could not be written still says "running")."""
+    if not unwritten:
+        return line
+    return "closing records not written: " + "; ".join(dict.fromkeys(unwritten))
+
+
+# a write the disk refused (full, quota, file size limit, read-only)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _write_failure(exc: BaseException, out: Path, unwritten: list[str]) -> SciperfError | None:
+    """The one line a failed write ends a run with (None: `exc` is no failed write).
+
+    The MLLOG, summary.json and checkpoints say it themselves (SciperfError "cannot write
+    FILE: why"); another write (the weights of train.save_weights) raises the OS's error,
+    named here. Closing records the disk refused too are added: the line is all the user
+    sees of them.
+    """
+    if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+        message = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else \
+            f"a write failed: {exc.strerror or exc} (is output_dir={out} full?)"
+    elif type(exc) is SciperfError and unwritten:
+        message = str(exc)
+    else:
+        return None
+    left = [u for u in dict.fromkeys(unwritten) if u != message]
+    return SciperfError(f"{message}; closing records not written: {'; '.join(left)}"
+                        if left else message)
+
+
+INIT_FILES = ("train.init_weights", "train.init_checkpoint")  # (the latter: OpenFold's)
+
+
+def _check_init_files(cfg: Any) -> None:
+    """A starting-weights file that is missing or unreadable, refused before the output is
+    claimed: the backend's setup found it only after result_0.txt and summary.json were
+    written (and an overwrite had deleted the earlier run)."""
+    for key in INIT_FILES:
+        value = OmegaConf.select(cfg, key, default=None)
+        if not value:
+            continue
+        path = Path(str(value))
+        try:
+            if not path.is_file():
+                what = "is not a regular file" if path.exists() else "no such file"
+                raise SciperfError(f"{key}={value}: {what}")
+            with path.open("rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            raise SciperfError(f"{key}={value}: cannot be read ({exc.strerror or exc})"
+                               ) from None
 
 
 def json_safe(value: Any) -> Any:

@@ -53,11 +53,13 @@ class _RecordFile(logging.FileHandler):
 def _trim_cut_record(path: Path, tail: int = 1 << 16) -> None:
     """Drop the part of a record a failed write left at the end of `path`: what stays is
     whole MLLOG lines (shrinking a file needs no free space)."""
+    if not path.is_file():  # a device (/dev/full) has no end to cut
+        return
     with contextlib.suppress(OSError), path.open("r+b") as fh:
         size = fh.seek(0, 2)
         start = max(size - tail, 0)
         fh.seek(start)
-        end = fh.read().rfind(b"\n")
+        end = fh.read(size - start).rfind(b"\n")
         if end >= 0:
             fh.truncate(start + end + 1)
         elif start == 0:
