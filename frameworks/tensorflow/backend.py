@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import itertools
 import time
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -311,27 +313,67 @@ class WorkloadBackend(FrameworkBackend):
         np.savez(folder / STATE_FILE, **arrays)
 
     def load_state(self, folder: Path) -> None:
-        """Restore ``state.npz`` strictly: every variable present with its shape."""
+        """Restore ``state.npz`` strictly: every variable present with its shape, a number
+        of its variable's kind (finite where floating), two step counters — all checked
+        before the first is assigned, so a tampered file is one line, never a traceback
+        from the zip reader, the unpacking or ``assign`` (nor a model half restored)."""
         path = folder / STATE_FILE
         try:
-            with np.load(path, allow_pickle=False) as saved:
+            loaded = np.load(path, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array
+                raise ValueError("not an .npz archive")
+            with loaded as saved:
                 stored = {k: saved[k] for k in saved.files}
-        except (OSError, ValueError, EOFError) as exc:
-            raise SciperfError(f"{path}: unreadable checkpoint ({exc})") from None
+        except (OSError, ValueError, EOFError, MemoryError, NotImplementedError,
+                zipfile.BadZipFile, zlib.error) as exc:
+            raise SciperfError(f"{path}: unreadable checkpoint ({_first_line(exc)})"
+                               ) from None
         wanted = self._state_variables()
         names = {f"{g}/{i:05d}" for g, found in wanted.items() for i in range(len(found))}
         if set(stored) != names | {"counters"}:
             raise SciperfError(f"{path}: not a checkpoint of this model ({len(stored) - 1} "
                                f"variables stored, {len(names)} here)")
+        counters = stored["counters"]
+        if counters.shape != (2,) or counters.dtype.kind not in "iu" or (counters < 0).any():
+            raise SciperfError(f"{path}: unreadable checkpoint (counters is {counters.dtype} "
+                               f"of shape {counters.shape}, not 2 step counts)")
+        pairs = []
         for group, found in wanted.items():
             for i, var in enumerate(found):
                 value = stored[f"{group}/{i:05d}"]
                 if tuple(value.shape) != tuple(var.shape):
                     raise SciperfError(f"{path}: {group} variable {i} has shape "
                                        f"{value.shape}, this model's {tuple(var.shape)}")
+                if problem := _value_problem(value, var):
+                    raise SciperfError(f"{path}: unreadable checkpoint ({group} variable {i} "
+                                       f"{problem})")
+                pairs.append((f"{group} variable {i}", var, value))
+        for name, var, value in pairs:
+            try:
                 var.assign(value)
-        self.micro_step, self.opt_step = (int(v) for v in stored["counters"])
+            except (ValueError, TypeError, tf.errors.OpError) as exc:
+                raise SciperfError(f"{path}: unreadable checkpoint ({name}: "
+                                   f"{_first_line(exc)})") from None
+        self.micro_step, self.opt_step = (int(v) for v in counters)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Canonical weights (norm moving statistics included) of this rank's replica."""
         return weights.export_weights(self.model)
+
+
+def _value_problem(value: np.ndarray, var: tf.Variable) -> str | None:
+    """Why a stored array cannot be `var`'s value (None: it can): a dtype of another kind
+    (text, complex, objects; a float where an integer belongs), NaN/Inf in a float."""
+    dtype = tf.as_dtype(var.dtype)
+    kinds = "f" if dtype.is_floating else "b" if dtype.is_bool else "iu"
+    if value.dtype.kind not in kinds:
+        return f"has dtype {value.dtype}, this model's is {dtype.name}"
+    if dtype.is_floating and not np.isfinite(value).all():
+        return "holds NaN/Inf"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's text (at most 200 characters)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]

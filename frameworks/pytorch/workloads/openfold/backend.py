@@ -33,7 +33,16 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import sampler
 from sciperf.workloads.openfold.features import seed_from_string
 from sciperf.workloads.openfold.sizes import ModelSpec
-from sciperf_pytorch.backend import WorkloadBackend, first_line, load_weights_only
+from sciperf_pytorch.backend import (
+    WorkloadBackend,
+    check_loaded_optimizer,
+    check_optimizer_tensors,
+    first_line,
+    group_settings,
+    load_weights_only,
+    optimizer_names,
+    tensor_problem,
+)
 from sciperf_pytorch.workloads.openfold import loss as of_loss
 from sciperf_pytorch.workloads.openfold.model import AlphaFold
 
@@ -57,18 +66,26 @@ def load_reference_checkpoint(path: str | Path, model: nn.Module,
         raise SciperfError(f"{key}: alphafold_state_dict is a {type(weights).__name__}, not "
                            "a state dict")
     _check_state_dict(key, weights, model)
-    model.load_state_dict(weights, strict=True)
+    try:  # checked above; what torch still refuses is one line too
+        model.load_state_dict(weights, strict=True)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise SciperfError(f"{key}: does not load into this model ({first_line(exc)})"
+                           ) from None
     if optimizer is not None and weights is not state and "optimizer_state_dict" in state:
         _load_optimizer_state(key, state["optimizer_state_dict"], optimizer, model)
 
 
 def _check_state_dict(key: str, weights: Mapping[str, Any], model: nn.Module) -> None:
     """Names, order and shapes of `weights` against the model's (the order matters: the
-    optimizer state is indexed by position); the first mismatch named."""
+    optimizer state is indexed by position), and every tensor dense, real and finite: the
+    loss zeroes NaN terms as the reference does, so NaN weights would train to a loss of
+    0 rather than stop the run, and torch drops a complex tensor's imaginary part with
+    only a warning. The first mismatch named."""
     ours = [(name, tuple(t.shape)) for name, t in model.state_dict().items()]
     theirs = [(str(name), tuple(t.shape) if isinstance(t, torch.Tensor) else None)
               for name, t in weights.items()]
     our_names, their_names = {n for n, _ in ours}, {n for n, _ in theirs}
+    like = model.state_dict()
     for i, ((mine, shape), (found, their_shape)) in enumerate(zip(ours, theirs, strict=False)):
         if mine != found:
             raise SciperfError(f"{key}: {_name_mismatch(i, mine, found, our_names, their_names)}")
@@ -76,6 +93,8 @@ def _check_state_dict(key: str, weights: Mapping[str, Any], model: nn.Module) ->
             what = "is not a tensor" if their_shape is None else \
                 f"has shape {list(their_shape)}"
             raise SciperfError(f"{key}: parameter {mine} {what}, the model's is {list(shape)}")
+        if problem := tensor_problem(weights[mine], like[mine]):
+            raise SciperfError(f"{key}: parameter {mine} {problem}")
     counts = f"{len(theirs)} tensors, the model has {len(ours)}"
     if len(theirs) > len(ours):
         raise SciperfError(f"{key}: unexpected tensor {theirs[len(ours)][0]} ({counts})")
@@ -99,21 +118,19 @@ def _name_mismatch(i: int, mine: str, found: str, our_names: set[str],
 
 def _load_optimizer_state(key: str, state: Any, optimizer: torch.optim.Optimizer,
                           model: nn.Module) -> None:
-    """The reference's Adam state into `optimizer`; its moments must have each parameter's
-    shape (torch checks only the group sizes, and a wrong moment fails at the first step)."""
+    """The reference's Adam state into `optimizer`: its moments dense, real, finite and of
+    each parameter's shape, its hyperparameters of the kinds Adam was built with (torch
+    checks only the group sizes; a wrong moment or ``betas="xx"`` fails at the first
+    step)."""
+    what = "optimizer_state_dict"
+    settings = group_settings(optimizer)
+    check_optimizer_tensors(key, what, state, optimizer_names(optimizer, model))
     try:
         optimizer.load_state_dict(state)
     except Exception as exc:  # noqa: BLE001 (torch raises Value/Key/Type errors here)
         raise SciperfError(f"{key}: its optimizer_state_dict does not fit this model's Adam "
                            f"({first_line(exc)})") from None
-    names = {id(p): name for name, p in model.named_parameters()}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            for slot, value in optimizer.state.get(p, {}).items():
-                if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
-                    raise SciperfError(f"{key}: optimizer_state_dict's {slot} of parameter "
-                                       f"{names.get(id(p), '?')} has shape "
-                                       f"{list(value.shape)}, the model's is {list(p.shape)}")
+    check_loaded_optimizer(key, what, optimizer, settings, model)
 
 
 class OpenFoldBackend(WorkloadBackend):
@@ -219,7 +236,11 @@ class OpenFoldBackend(WorkloadBackend):
         return {"ema": self.ema.state_dict(), "ema_started": torch.tensor(self.ema_started)}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the EMA from a checkpoint."""
+        """Restore the EMA from a checkpoint (dense, real, finite: validation runs it)."""
+        like = self.ema.state_dict()
+        for name, value in state["ema"].items():
+            if name in like and (problem := tensor_problem(value, like[name])):
+                raise ValueError(f"ema parameter {name} {problem}")
         self.ema.load_state_dict(state["ema"])
         self.ema_started = bool(state["ema_started"])
 
