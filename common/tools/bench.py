@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import resource
 import shutil
 import signal
@@ -20,7 +21,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,8 @@ from sciperf import allocator
 from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
 from sciperf.config import PRECISIONS, compose
-from sciperf.data.loader import BatchLoader
+from sciperf.data.layout import check_output_dir
+from sciperf.data.loader import BatchLoader, remainders
 from sciperf.data.staging import stage_files
 from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError
@@ -92,7 +96,11 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     for epoch in range(int(warm), epochs + int(warm)):
         result = backend.train_epoch(epoch, workload.lr_for_epoch(cfg, epoch))
         samples, seconds = samples + result.samples, seconds + result.seconds
-        per_epoch.append(significant(result.samples / result.seconds))
+        per_epoch.append(significant(result.samples / result.seconds)
+                         if result.seconds else 0.0)
+    if not samples or not seconds:  # a row of zeros would read as a measured rate
+        raise SciperfError(f"bench row {framework} {experiment} {precision}: no training "
+                           f"samples were timed ({n} samples in batches of {gbs})")
     rate = samples / seconds
     flops = count_flops(model := workload.model_spec(cfg), counted_layers(cfg, model)[0]).train
     # the process's peak resident memory: the row's own in its own process (the default,
@@ -130,14 +138,21 @@ def isolated_train_case(framework: str, experiment: str, precision: str, root: P
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_row, name=f"bench {framework} {experiment} {precision}",
-                        args=(send, framework, experiment, precision, str(root), extra, shape))
+                        args=(send, framework, experiment, precision, str(root), extra, shape,
+                              os.getpid()))
     child.start()
     send.close()
     try:
-        reply = json.loads(recv.recv_bytes())
-    except EOFError:  # died without a word: a signal
-        reply = None
-    child.join()
+        try:
+            reply = json.loads(recv.recv_bytes())
+        except EOFError:  # died without a word: a signal
+            reply = None
+        child.join()
+    except BaseException:
+        # SIGTERM (Terminated) or Ctrl-C while the row runs: the parent decides, the row
+        # stops now (multiprocessing would join a live child at exit: the whole row ran on)
+        stop_child(child)
+        raise
     what = f"bench row {framework} {experiment} {precision}"
     if reply is None:
         raise SciperfError(f"{what}: its process ended with {_ended(child.exitcode)}")
@@ -146,15 +161,43 @@ def isolated_train_case(framework: str, experiment: str, precision: str, root: P
     return reply["row"]
 
 
+def stop_child(child: Any, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`: a row stuck in a kernel still ends."""
+    if child.is_alive():
+        child.terminate()
+        child.join(grace_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 def _child_row(send: Any, framework: str, experiment: str, precision: str, root: str,
-               extra: list[str], shape: dict[str, int] | None) -> None:
-    """The spawned process of :func:`isolated_train_case`: one row, sent back as JSON."""
+               extra: list[str], shape: dict[str, int] | None, parent: int = 0) -> None:
+    """The spawned process of :func:`isolated_train_case`: one row, sent back as JSON.
+
+    Ctrl-C reaches the whole process group: the child ignores it and the parent stops it
+    (one line, not the child's KeyboardInterrupt traceback beside the parent's). A parent
+    gone (killed) leaves nobody to read the row: the child ends rather than time on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent:
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:
         row = {"row": train_case(framework, experiment, precision, Path(root), extra, shape)}
     except SciperfError as exc:
         row = {"error": str(exc)}
-    send.send_bytes(json.dumps(row).encode())
-    send.close()
+    try:
+        send.send_bytes(json.dumps(row).encode())
+        send.close()
+    except (BrokenPipeError, ConnectionResetError):  # the parent left: nobody to tell
+        return
+
+
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """Ends this process once `parent` is no longer its parent (it died; the orphan was
+    re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 def _ended(code: int | None) -> str:
@@ -207,10 +250,26 @@ def worker_counts(cores: int) -> list[int]:
     return sorted({*counts, max(cores, 1)})
 
 
+INPUT_BATCH = 4  # the loader rows' batch (bench.batch= replaces it)
+INPUT_PREFETCH = 4  # batches the loader rows queue ahead (BatchLoader's default)
+INPUT_PASSES = 2  # timed passes of a loader row after the warm-up (bench.epochs=)
+
+
+def usable_workers(workers: int, n: int, batch: int, prefetch: int = INPUT_PREFETCH) -> int:
+    """Reader threads that can be busy at once: the loader keeps at most
+    batch × (prefetch + 1) reads in flight, and never more than the `n` samples — a row
+    labelled 16 workers over 8 samples timed 8."""
+    return max(1, min(workers, n, batch * (prefetch + 1)))
+
+
 def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
-               n: int, workers: int = 2) -> dict[str, Any]:
+               n: int, workers: int = 2, batch: int = INPUT_BATCH, passes: int = 1,
+               warm_up: bool = False) -> dict[str, Any]:
     """Samples/s of the common prefetching loader alone (read + decode + the workload's
-    collate) over one format of the workload, with `workers` reader processes."""
+    collate) over one format of the workload, with `workers` reader threads (as many as
+    can be busy: :func:`usable_workers`), over `passes` timed passes; `warm_up`: one
+    untimed pass first (the page cache, lazy imports: the first row of a format was
+    otherwise the cold one)."""
     cases, model = _cases(workload), _input_model(workload, sizes)
     folder = cases.dataset(root, model, fmt, n)
     files = workload.dataset.list_samples(folder, "train", fmt, n)
@@ -219,20 +278,36 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
         cfg = compose([f"workload={workload.name}", "train.global_batch_size=1",
                        f"train.val_every_iters={n}"])
         items = workload.dataset.draw(files, cfg, 0, 0, 1, n)
-    loader = BatchLoader(items, workload.dataset.reader(folder, fmt, model), batch_size=4,
-                         workers=workers, remainder="keep", collate=workload.dataset.collate)
-    start = time.perf_counter()
-    # batches may be dicts of variable-size arrays (graphs): count the loader's batch sizes
-    count = sum(size for size, _ in zip(loader.sizes, loader.epoch(0), strict=True))
-    seconds = time.perf_counter() - start
+    used = usable_workers(workers, len(items), batch)
+    loader = BatchLoader(items, workload.dataset.reader(folder, fmt, model), batch_size=batch,
+                         workers=used, prefetch=INPUT_PREFETCH, remainder="keep",
+                         collate=workload.dataset.collate)
+    if warm_up:
+        _input_pass(loader, 0)
+    count, seconds, by_pass = 0, 0.0, []
+    for epoch in range(int(warm_up), passes + int(warm_up)):
+        start = time.perf_counter()
+        done = _input_pass(loader, epoch)
+        took = time.perf_counter() - start
+        count, seconds = count + done, seconds + took
+        by_pass.append(round(done / took, 2))
     # each file once: samples packed in one container file all name it
     mb = sum(f.stat().st_size for f in dict.fromkeys(
         f for p in files for f in workload.dataset.sample_files(p, fmt))) / 1e6
-    return {"format": fmt, "input_size": cases.size(model), "workers": workers,
-            "samples": count,
+    return {"format": fmt, "input_size": cases.size(model), "workers": used,
+            **({"workers_asked": workers} if used != workers else {}),
+            "batch": batch, "prefetch": INPUT_PREFETCH, "device": _device("cpu"),
+            "samples": count, "passes": passes, "warm_up": warm_up,
             "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
+            **({"samples_per_s_by_pass": by_pass} if passes > 1 else {}),
             **_per_unit(cases, folder, fmt, files, count / seconds),
-            "MB_per_s": round(mb / seconds, 1)}
+            "MB_per_s": round(mb * passes / seconds, 1)}
+
+
+def _input_pass(loader: BatchLoader, epoch: int) -> int:
+    """One pass of the loader: the samples it yielded (batches may be dicts of
+    variable-size arrays, graphs: the loader's batch sizes count them)."""
+    return sum(size for size, _ in zip(loader.sizes, loader.epoch(epoch), strict=True))
 
 
 def dali_case(workload: Workload, sizes: dict[str, Any], root: Path, n: int) -> dict[str, Any]:
@@ -261,21 +336,36 @@ def dali_case(workload: Workload, sizes: dict[str, Any], root: Path, n: int) -> 
             "samples_per_s": round(count / seconds, 2)}
 
 
-def _input_rows(workload: Workload, root: Path, result: dict[str, Any],
-                workers: list[int]) -> None:
+def _input_rows(workload: Workload, root: Path, result: dict[str, Any], workers: list[int],
+                shape: dict[str, int], save: Any) -> None:
     """Every format at every input size the cases name over each loader worker count, then
-    DALI where it applies."""
-    for sizes, n in _cases(workload).input:
+    DALI where it applies. bench.samples/batch/epochs replace the samples, the loader's
+    batch and the timed passes; a worker count no more of which can be busy than of one
+    already timed is skipped, saying so (it would time the same loader again)."""
+    batch = shape.get("batch", INPUT_BATCH)
+    passes = shape.get("epochs", INPUT_PASSES)
+    for sizes, case_n in _cases(workload).input:
+        n = shape.get("samples", case_n)
         for fmt in workload.formats:
+            timed: set[int] = set()
             for count in workers:
-                row = input_case(workload, dict(sizes), fmt, root, n, count)
+                if (used := usable_workers(count, n, batch)) in timed:
+                    print(f"input {fmt:<8} {count:>2} workers: skipped, at most {used} reads "
+                          f"in flight ({n} samples, batch {batch} × (prefetch "
+                          f"{INPUT_PREFETCH} + 1))", flush=True)
+                    continue
+                timed.add(used)
+                row = input_case(workload, dict(sizes), fmt, root, n, count, batch, passes,
+                                 warm_up=len(timed) == 1)
                 result["input"].append(row)
-                print(f"input {fmt:<8} {row['input_size']} {count:>2} workers "
+                save()
+                print(f"input {fmt:<8} {row['input_size']} {used:>2} workers "
                       f"{row['samples_per_s']:8.2f} samples/s{_units(row)} "
                       f"({row['MB_per_s']} MB/s on disk)", flush=True)
         if workload.dali is not None:
             row = dali_case(workload, dict(sizes), root, n)
             result["input"].append(row)
+            save()
             print(f"input npy/dali {row['input_size']} "
                   f"{row.get('samples_per_s', row.get('skipped'))} samples/s", flush=True)
 
@@ -342,84 +432,299 @@ def scaling_case(workload: Workload, framework: str, root: Path,
                 rows.append({"ranks": ranks, "error": (proc.stderr.strip().splitlines()
                                                        or ["no summary"])[-1]})
                 continue
-            hist = json.loads(summary_path.read_text())["history"][1:]
+            summary = json.loads(summary_path.read_text())
+            hist = summary["history"][1:]
             seconds = sum(h["train_s"] for h in hist)
             if not seconds:
                 rows.append({"ranks": ranks, "error": "no timed epochs"})
                 continue
             rows.append({"ranks": ranks, "threads_per_rank": 2 // ranks,
+                         # precision=auto, as a run takes it: what it chose and where
+                         "precision": summary.get("precision"),
+                         "device": _device(summary.get("versions", {}).get("device", "cpu")),
                          "samples_per_s": round(n * len(hist) / seconds, 2)})
     rates = [r.get("samples_per_s") for r in rows]
     speedup = rates[1] / rates[0] if all(rates) else None
-    return {"framework": framework, "train_samples": n, "epochs_timed": epochs - 1,
-            "runs": rows, "speedup_2_vs_1": round(speedup, 3) if speedup else None}
+    return {"framework": framework, "precision_asked": "auto", "train_samples": n,
+            "epochs_timed": epochs - 1, "runs": rows,
+            "speedup_2_vs_1": round(speedup, 3) if speedup else None}
+
+
+# the bench's own keys (the rest are config overrides every training row takes)
+BENCH_KEYS = ("bench.cases", "bench.precision", "bench.samples", "bench.batch",
+              "bench.epochs", "bench.workers", "bench.isolate")
+# config keys each row sets itself: an override of one changed what a row measured while
+# its labels kept the bench's values (`bench.precision=bf16 precision=fp32` timed fp32 in
+# a row labelled bf16); each names the bench key that says it
+SET_BY_BENCH = {
+    "precision": "bench.precision=",
+    "experiment": "bench.cases=",
+    "train.global_batch_size": "bench.batch=",
+    "data.train_samples": "bench.samples=",
+    "data.eval_samples": "bench.samples= (validation holds half)",
+    "train.val_every_iters": "bench.samples= and bench.batch= (an epoch is samples/batch "
+                             "steps)",
+    "data.dir": "output= (the timing data is made under OUTPUT/data)",
+    "data.format": "bench.cases=input (training rows read the workload's fastest format, "
+                   "the input rows every format)",
+    "output_dir": "output=",
+}
+
+
+@dataclass
+class Plan:
+    """What one `sciperf bench` times, every value checked before the first row."""
+
+    name: str
+    workload: Workload
+    frameworks: list[str]
+    only: list[str]  # bench.cases (empty: every case)
+    precisions: list[str]
+    shape: dict[str, int]  # bench.samples / batch / epochs given
+    workers: list[int]
+    isolate: bool
+    out: Path
+    extra: list[str]  # the config overrides of every training row
+
+    @property
+    def experiments(self) -> list[str]:
+        """The training cases that run, in the workload's order."""
+        return [e for e in _cases(self.workload).train if not self.only or e in self.only]
+
+    @property
+    def runs(self) -> list[str]:
+        """Every case that runs, by name (recorded in the JSON: a bench.cases=input file
+        is not mistaken for a whole bench)."""
+        cases = _cases(self.workload)
+        return [*self.experiments, *(["input"] if not self.only or "input" in self.only else []),
+                *(["staging"] if cases.staging and not self.only else []),
+                *(["scaling"] if cases.scaling and not self.only else [])]
+
+    def asked(self) -> dict[str, Any]:
+        """The cases and options of this bench, as the JSON records them."""
+        return {"cases": self.runs, "frameworks": self.frameworks,
+                "precisions": self.precisions,
+                **self.shape, "workers": self.workers,
+                "isolate": self.isolate, "overrides": self.extra}
 
 
 def bench(overrides: list[str]) -> int:
     """Run every case of the workload for the frameworks asked (framework=a,b) and write
-    the JSON."""
-    if stray := [o for o in overrides if "=" not in o]:  # was dropped: the whole bench ran
-        raise SciperfError(f"Error parsing override '{stray[0]}': overrides are key=value")
-    opts = dict(o.split("=", 1) for o in overrides)
-    frameworks = opts.pop("framework", "pytorch").split(",")
-    only = [c for c in opts.pop("bench.cases", "").split(",") if c]  # e.g. bench.cases=full
-    precisions = [p for p in opts.pop("bench.precision", "fp32,bf16").split(",") if p]
-    wrong = [p for p in precisions if p not in PRECISIONS]
-    if wrong or not precisions:
-        raise SciperfError(f"bench.precision={','.join(precisions)}: "
-                           f"{wrong[0] if wrong else 'empty'} is not one of "
-                           f"{', '.join(PRECISIONS)}")
-    shape = {key: _positive(value, f"bench.{key}={value}") for key in ("samples", "batch", "epochs")
-             if (value := opts.pop(f"bench.{key}", None)) is not None}
-    asked = opts.pop("bench.workers", "")  # e.g. bench.workers=1,4,16
-    workers = ([_positive(w, f"bench.workers={asked}") for w in asked.split(",")]
-               if asked else worker_counts(cpu_count()))
-    # every train row in a process of its own (bench.isolate=false: all in this one)
-    isolate = _flag(opts.pop("bench.isolate", "true"), "bench.isolate")
-    timed = isolated_train_case if isolate else train_case
-    out = Path(opts.pop("output", "bench"))
-    name = opts.get("workload", DEFAULT)
-    workload = get(name)
-    cases = _cases(workload)
-    extra = [f"{k}={v}" for k, v in opts.items()]
-    root = out / "data" / name
-    result: dict[str, Any] = {"workload": name, "machine": machine(), "train": [],
+    the JSON: rows land in `<workload>.json.partial` as they are timed, and
+    `<workload>.json` is replaced only by a bench that completes (an interrupted one
+    replaced a whole bench's file with its few rows, saying nothing)."""
+    plan = plan_bench(overrides)
+    result: dict[str, Any] = {"workload": plan.name, "machine": machine(),
+                              "asked": plan.asked(), "complete": False, "train": [],
                               "input": []}
-    unknown = sorted(set(only) - set(cases.train) - {"input"})
-    if unknown:
-        raise SciperfError(f"bench.cases={','.join(only)}: {unknown[0]} is not one of "
-                           f"{', '.join([*cases.train, 'input'])}")
-    result["precision_auto"] = {fw: _auto_choice(fw, workload) for fw in frameworks}
+    files = Outputs(plan.out, plan.name)
+    files.clear_partial()
+    try:
+        _run(plan, result, files)
+    except SciperfError as exc:  # a row failed: the one line says where the others are
+        err = SciperfError(f"{exc} ({files.left()})")
+        err.exit_code = exc.exit_code
+        raise err from exc
+    except BaseException as exc:  # Ctrl-C, SIGTERM: the CLI's line names what is left
+        exc.sciperf_records = files.left()  # type: ignore[attr-defined]
+        raise
+    result["complete"] = True
+    files.finish(result)
+    return 0
+
+
+def _run(plan: Plan, result: dict[str, Any], files: Outputs) -> None:
+    """Every row of `plan`, each saved in the partial file as it finishes."""
+    workload, cases, root = plan.workload, _cases(plan.workload), plan.out / "data" / plan.name
+    timed = isolated_train_case if plan.isolate else train_case
+    save = lambda: files.save(result)  # noqa: E731
+    result["precision_auto"] = {fw: _auto_choice(fw, workload) for fw in plan.frameworks}
     for fw, choice in result["precision_auto"].items():
         print(f"precision=auto ({fw}): {choice['precision']} ({choice['reason']})", flush=True)
-    for fw in frameworks:
-        for experiment in (e for e in cases.train if not only or e in only):
-            for precision in precisions:
-                row = timed(fw, experiment, precision, root, extra, shape)
+    for fw in plan.frameworks:
+        for experiment in plan.experiments:
+            for precision in plan.precisions:
+                row = timed(fw, experiment, precision, root, plan.extra, plan.shape)
                 result["train"].append(row)
-                _write(out, name, result, quiet=True)  # a later row killed (OOM) keeps it
+                save()  # a later row killed (OOM) keeps it
                 print(f"train {fw:<10} {experiment:<4} {precision:<4} "
                       f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
                       f"{row['peak_rss_MB']} MB{_units(row)}, "
                       f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak"
                       f"{_epochs(row)}", flush=True)
-    if not only or "input" in only:
-        _input_rows(workload, root, result, workers)
-    if cases.staging and not only:
+    if "input" in plan.runs:
+        _input_rows(workload, root, result, plan.workers, plan.shape, save)
+    if "staging" in plan.runs:
         sizes, n = cases.input[-1]
         row = staging_case(cases.dataset(root, _input_model(workload, dict(sizes)), "npy", n))
         result["staging"] = row
+        save()
         for method, m in row["methods"].items():
             print(f"staging {method:<15} {row['MB']} MB: {m['median_s']:.3f} s "
                   f"({m['MB_per_s']} MB/s)", flush=True)
-    if cases.scaling and not only:
+    if "scaling" in plan.runs:
         result["scaling"] = []
-        for fw in frameworks:
+        for fw in plan.frameworks:
             row = scaling_case(workload, fw, root)
             result["scaling"].append(row)
+            save()
             print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup "
                   f"{row['speedup_2_vs_1']}", flush=True)
-    return _write(out, name, result)
+
+
+def plan_bench(overrides: list[str]) -> Plan:
+    """The bench's options, each checked in one line before any row runs (a typo, a key
+    the bench sets itself, sizes that do not divide or an unusable output folder were
+    found after minutes of rows, or not at all)."""
+    opts = _options(overrides)
+    out = _output(opts)
+    for key in opts:
+        if key.startswith("bench.") and key not in BENCH_KEYS:
+            raise SciperfError(f"{key}={opts[key]}: not a bench option (they are "
+                               f"{', '.join(BENCH_KEYS)})")
+        if (bare := key.lstrip("+~")) in SET_BY_BENCH:
+            raise SciperfError(f"{key}={opts[key]}: the bench sets {bare} for each row "
+                               f"itself; use {SET_BY_BENCH[bare]}")
+    name = opts.get("workload", DEFAULT)
+    workload = get(name)
+    cases = _cases(workload)
+    frameworks = _list(opts, "framework", "pytorch")
+    only = _list(opts, "bench.cases", None, [*cases.train, "input"])
+    precisions = _list(opts, "bench.precision", "fp32,bf16", list(PRECISIONS))
+    shape = {key: _positive(value, f"bench.{key}={value}") for key in ("samples", "batch", "epochs")
+             if (value := opts.pop(f"bench.{key}", None)) is not None}
+    asked = opts.get("bench.workers")  # e.g. bench.workers=1,4,16
+    workers = ([_positive(w, f"bench.workers={asked}")
+                for w in _list(opts, "bench.workers", None)] if asked is not None
+               else worker_counts(cpu_count()))
+    # every train row in a process of its own (bench.isolate=false: all in this one)
+    isolate = _flag(opts.pop("bench.isolate", "true"), "bench.isolate")
+    plan = Plan(name, workload, frameworks, only, precisions, shape, workers, isolate, out,
+                [f"{k}={v}" for k, v in opts.items()])
+    _check_sizes(plan)
+    _check_overrides(plan)
+    check_output_dir(out, "output=")
+    return plan
+
+
+def _options(overrides: list[str]) -> dict[str, str]:
+    """key → value of the command line; a word without `=` or a key given twice is one
+    line (the last of two values was taken in silence)."""
+    if stray := [o for o in overrides if "=" not in o]:  # was dropped: the whole bench ran
+        raise SciperfError(f"Error parsing override '{stray[0]}': overrides are key=value")
+    opts: dict[str, str] = {}
+    for key, value in (o.split("=", 1) for o in overrides):
+        if key in opts:
+            raise SciperfError(f"{key} is given twice ({key}={opts[key]}, {key}={value})")
+        opts[key] = value
+    return opts
+
+
+def _output(opts: dict[str, str]) -> Path:
+    """The bench's folder (`output=`, default ./bench); `output_dir=` (the train key) was
+    ignored, and an empty `output=` wrote the JSON and data/ into the working folder."""
+    if "output_dir" in opts:
+        raise SciperfError(f"output_dir={opts['output_dir']}: the bench's folder is "
+                           "output= (default bench)")
+    out = opts.pop("output", "bench")
+    if not out.strip():
+        raise SciperfError("output= is empty: name the bench's folder (default bench)")
+    return Path(out)
+
+
+def _list(opts: dict[str, str], key: str, default: str | None,
+          choices: list[str] | None = None) -> list[str]:
+    """A comma list option popped from `opts`: an empty value or item (`bench.cases=,`
+    ran every case) and a repeated item (`bench.workers=1,1` timed one row twice) are one
+    line; `choices`, where given, are the only names taken."""
+    value = opts.pop(key, default)
+    if value is None:
+        return []
+    items = value.split(",")
+    if any(not item.strip() for item in items):
+        raise SciperfError(f"{key}={value}: an empty name" + (
+            f"; name one or more of {', '.join(choices)}" if choices else ""))
+    if dup := next((i for n, i in enumerate(items) if i in items[:n]), None):
+        raise SciperfError(f"{key}={value}: {dup} is named twice")
+    if choices and (wrong := [i for i in items if i not in choices]):
+        raise SciperfError(f"{key}={value}: {wrong[0]} is not one of {', '.join(choices)}")
+    return items
+
+
+def _check_sizes(plan: Plan) -> None:
+    """Each training row's samples and batch: whole batches of the training samples and
+    (where the validation loader takes whole batches) of the validation half, and at
+    least one batch (`bench.samples=2 bench.batch=4` wrote a row of zeros; 20 in batches
+    of 8 was a child's traceback)."""
+    cases, workload = _cases(plan.workload), plan.workload
+    _, eval_rule = remainders(workload.sharding)
+    for experiment in plan.experiments:
+        n, gbs, _ = (dict(zip(("samples", "batch", "epochs"), cases.train[experiment],
+                              strict=True)) | plan.shape).values()
+        what = (f"{_named('samples', n, plan.shape, experiment)}, "
+                f"{_named('batch', gbs, plan.shape, experiment)}")
+        if gbs > n:
+            raise SciperfError(f"{what}: the batch is larger than the samples (a training "
+                               "row takes whole batches)")
+        if n % gbs:
+            raise SciperfError(f"{what}: {n} samples do not divide into batches of {gbs} "
+                               "(a training row takes whole batches)")
+        eval_batch = workload.dataset.eval_batch or gbs
+        if eval_rule == "error" and max(n // 2, 1) % eval_batch:
+            raise SciperfError(f"{what}: the {max(n // 2, 1)} validation samples (half) do "
+                               f"not divide into batches of {eval_batch} ({plan.name} takes "
+                               f"whole batches); use a multiple of {2 * eval_batch} samples")
+
+
+def _named(key: str, value: int, shape: dict[str, int], experiment: str) -> str:
+    """`bench.samples=20`, or `the mini case's 64 samples` where the case set it."""
+    return f"bench.{key}={value}" if key in shape else f"the {experiment} case's {key}={value}"
+
+
+def _check_overrides(plan: Plan) -> None:
+    """The config overrides, composed once per framework and training case before any
+    row: a typo (`train.foo=3`, `no_such_key=1`) was one child's traceback per row, or
+    never looked at when no training row ran."""
+    cases = _cases(plan.workload)
+    for fw in plan.frameworks:
+        for experiment in plan.experiments or [next(iter(cases.train))]:
+            compose([f"experiment={experiment}", f"framework={fw}", *cases.overrides,
+                     *([] if "workload" in (o.split("=")[0] for o in plan.extra)
+                       else [f"workload={plan.name}"]), *plan.extra])
+    unused = [o for o in plan.extra if not o.startswith("workload=")]
+    if unused and not plan.experiments:
+        raise SciperfError(f"{unused[0]}: bench.cases={','.join(plan.only)} times no "
+                           "training row, and only training rows take config overrides")
+
+
+class Outputs:
+    """`<workload>.json` and the partial file the rows land in until the bench
+    completes."""
+
+    def __init__(self, out: Path, workload: str) -> None:
+        self.path = out / f"{workload}.json"
+        self.partial = out / f"{workload}.json.partial"
+
+    def clear_partial(self) -> None:
+        """A partial file of an earlier bench is not this bench's rows."""
+        self.partial.unlink(missing_ok=True)
+
+    def save(self, result: dict[str, Any]) -> None:
+        """The rows so far, in the partial file (a later row killed, OOM, keeps them)."""
+        _write_json(self.partial, result)
+
+    def finish(self, result: dict[str, Any]) -> None:
+        """The complete bench replaces `<workload>.json`; the partial file goes."""
+        _write_json(self.path, result)
+        self.partial.unlink(missing_ok=True)
+        print(f"wrote {self.path}")
+
+    def left(self) -> str:
+        """What an unfinished bench left, in words."""
+        kept = f"{self.path} is as it was" if self.path.exists() else f"no {self.path}"
+        if self.partial.exists():
+            return f"the rows done are in {self.partial}; {kept}"
+        return f"no row finished; {kept}"
 
 
 def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:
@@ -446,14 +751,9 @@ def _positive(value: str, name: str) -> int:
     return int(value)
 
 
-def _write(out: Path, workload: str, result: dict[str, Any], quiet: bool = False) -> int:
-    """The JSON so far, written aside and renamed: a reader never sees half a file, and a
-    run that dies later (a full row killed by the OOM killer) keeps the rows done."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{workload}.json"
+def _write_json(path: Path, result: dict[str, Any]) -> None:
+    """`result` written aside and renamed: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     part.write_text(json.dumps(result, indent=2))
     part.replace(path)
-    if not quiet:
-        print(f"wrote {path}")
-    return 0

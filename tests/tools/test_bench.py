@@ -58,6 +58,7 @@ def test_input_rows_cover_every_format(name: str, tmp_path: Path) -> None:
     for fmt in w.formats:
         row = bench.input_case(w, dict(sizes), fmt, tmp_path, n)
         assert row["format"] == fmt and row["samples"] == n
+        assert row["workers"] == 2 and row["device"] == bench._device("cpu")
         assert row["input_size"] == w.bench.size(w.model(**sizes))
         assert row["samples_per_s"] > 0 and row["MB_per_s"] > 0
 
@@ -126,9 +127,14 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
         bench.bench(["workload=cosmoflow", "bench.cases=mini,full", "bench.precision=bf16",
                      "bench.isolate=false",
                      f"output={tmp_path}"])
-    rows = json.loads((tmp_path / "cosmoflow.json").read_text())["train"]
+    # the rows done are in the partial file; no complete-looking cosmoflow.json was made
+    partial = json.loads((tmp_path / "cosmoflow.json.partial").read_text())
+    rows = partial["train"]
     assert [(r["model"], r["precision"]) for r in rows] == [("mini", "bf16")]
     assert rows[0]["samples_per_s"] == 0.000812
+    assert partial["complete"] is False
+    assert partial["asked"]["cases"] == ["mini", "full"]
+    assert not (tmp_path / "cosmoflow.json").exists()
     assert not list(tmp_path.glob("*.part"))
     with pytest.raises(SciperfError, match=r"bench.precision=fp16: fp16 is not one of fp32, "
                                            r"tf32, bf16"):
@@ -163,10 +169,20 @@ def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) 
     row = real("pytorch", "mini", "fp32", tmp_path,
                            ["workload=cosmoflow"], {"samples": 32, "batch": 8, "epochs": 1})
     assert (row["samples"], row["global_batch_size"]) == (32, 8)
-    bench.bench(["workload=cosmoflow", "bench.cases=input", "bench.workers=1,3",
-                 f"output={tmp_path}"])
+    # the loader rows take bench.samples (8 of each size) and bench.epochs (timed passes
+    # after one warm-up); 16 workers over 8 samples can have only 8 reads in flight: the
+    # row of 8 is that loader already, so 16 is skipped rather than timed again as "16"
+    bench.bench(["workload=cosmoflow", "bench.cases=input", "bench.workers=1,8,16",
+                 "bench.samples=8", "bench.epochs=2", f"output={tmp_path}"])
     result = json.loads((tmp_path / "cosmoflow.json").read_text())
-    assert {r["workers"] for r in result["input"] if "workers" in r} == {1, 3}
+    loader_rows = [r for r in result["input"] if "workers" in r]
+    assert [r["workers"] for r in loader_rows] == [1, 8] * 2 * len(get("cosmoflow").formats)
+    assert all(r["samples"] == 16 and len(r["samples_per_s_by_pass"]) == 2
+               for r in loader_rows)
+    assert [r["warm_up"] for r in loader_rows[:2]] == [True, False]
+    assert result["complete"] is True and result["asked"]["cases"] == ["input"]
+    assert result["asked"]["workers"] == [1, 8, 16]
+    assert not (tmp_path / "cosmoflow.json.partial").exists()
     # what precision=auto takes here, beside the rows of both precisions
     auto = result["precision_auto"]["pytorch"]
     assert auto["asked"] == "auto" and auto["precision"] in ("fp32", "bf16")
@@ -193,10 +209,16 @@ def test_each_row_runs_in_a_process_of_its_own(tmp_path: Path) -> None:
     row = json.loads((tmp_path / "deepcam.json").read_text())["train"][0]
     assert (row["threads"]["intra_op"], row["threads"]["inter_op"]) == (1, 2)
     assert row["malloc"] == "system" and row["samples_per_s"] > 0  # TensorFlow's default
-    with pytest.raises(SciperfError, match="bench row tensorflow mini fp32: "
-                                           "model.aspp_rates=.*3 values"):
+    # a bad value is refused before any row; one the row finds (a missing weight file)
+    # is its one line, naming the row and where the rows done are
+    with pytest.raises(SciperfError, match=r"^model.aspp_rates=\[6\] needs 3 values"):
         bench.bench(["workload=deepcam", "framework=tensorflow", "bench.cases=mini",
                      "bench.precision=fp32", "model.aspp_rates=[6]", f"output={tmp_path}"])
+    with pytest.raises(SciperfError, match="bench row tensorflow mini fp32: weight file "
+                                           ".*does not exist.*deepcam.json is as it was"):
+        bench.bench(["workload=deepcam", "framework=tensorflow", "bench.cases=mini",
+                     "bench.precision=fp32", "bench.samples=16", "bench.epochs=1",
+                     f"train.init_weights={tmp_path}/none.npz", f"output={tmp_path}"])
     with pytest.raises(SciperfError, match="bench.isolate=maybe: expected true or false"):
         bench.bench(["workload=cosmoflow", "bench.isolate=maybe", f"output={tmp_path}"])
     assert "SIGKILL (out of memory?" in bench._ended(-9)
