@@ -118,6 +118,10 @@ class Backend(ABC):
         """Wait for every rank; single-process backends need nothing."""
         return None
 
+    def all_sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over the ranks (float64); one rank: the values."""
+        return values
+
     def close(self) -> None:
         """Release distributed resources at the end of a run."""
         return None
@@ -148,6 +152,10 @@ class FrameworkBackend(Backend):
     def barrier(self) -> None:
         """All ranks reach this point (before run_start and run_stop)."""
         self.comm.barrier()
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over the ranks (the group's float64 all-reduce)."""
+        return self.comm.sum(values)
 
     def stop_agreed(self, stop: Callable[[], bool] | None, micro_step: int,
                     accumulate: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import hashlib
 import json
 import math
 import os
@@ -281,6 +282,8 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
     (train_files, eval_files), state.staging = stage(cfg, info, [plan.train, plan.evals],
                                                      mll, workload)
     backend.setup(RunContext(cfg, workload, train_files, eval_files, plan.local_batch, info))
+    if info.world > 1:
+        check_same_config(cfg, backend)
     if found is not None:
         _resume(found, backend)
     elif not staged_in_run:  # hpc 3.0: staging and setup precede run_start
@@ -298,6 +301,49 @@ def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: Run
         backend.barrier()
     if cfg.train.save_weights:
         save_npz(out / weights_file(info), backend.export_weights())
+
+
+def key_digests(cfg: Any) -> dict[str, tuple[int, int]]:
+    """Each key of what a run trains (the config a resume must share: no paths, threads,
+    workers, timeouts) → two 16-bit halves of its value's hash."""
+    from sciperf.config import flat
+    digests = {}
+    for key, value in sorted(flat(checkpoint.resume_config(cfg)).items()):
+        h = int.from_bytes(hashlib.sha256(json.dumps(value, default=str).encode()).digest()[:4],
+                           "big")
+        digests[key] = (h >> 16, h & 0xFFFF)
+    return digests
+
+
+def check_same_config(cfg: Any, backend: Any) -> None:
+    """Every rank of a run must train the same configuration. Ranks started by hand (or by
+    a script passing them different overrides) trained apart in silence: rank 1 with
+    opt.base_lr=0.5, rank 0 with 0.004 — diverged replicas, rank 0's MLLOG saying 0.004.
+
+    One all-reduce of, per key, its count and the sums of each hash half and its square:
+    the values agree on every rank exactly when each half's variance over the ranks is 0
+    (sums of 16-bit squares stay exact in float64 up to 2**21 ranks)."""
+    digests = key_digests(cfg)
+    mine = [1.0]
+    for hi, lo in digests.values():
+        mine += [float(hi), float(hi) ** 2, float(lo), float(lo) ** 2]
+    total = backend.all_sum(mine)
+    world, differ = total[0], []  # (Σx²·n = (Σx)², exact in integers)
+    if len(total) != len(mine):
+        raise SciperfError("ranks disagree on the configuration's keys: start every rank "
+                           "with the same overrides")
+    for i, key in enumerate(digests):
+        for s, sq in ((total[1 + 4 * i], total[2 + 4 * i]), (total[3 + 4 * i], total[4 + 4 * i])):
+            if int(sq) * int(world) != int(s) ** 2:  # only when every rank's x is one
+                differ.append(key)
+                break
+    if differ:
+        from sciperf.config import flat
+        values = flat(checkpoint.resume_config(cfg))
+        shown = ", ".join(f"{k}={values[k]}" for k in differ[:5])
+        raise SciperfError(f"ranks disagree on the configuration (this rank: {shown}"
+                           f"{' …' if len(differ) > 5 else ''}; another rank has other "
+                           "values): start every rank with the same overrides")
 
 
 def _hang_sentinel(cfg: Any, info: RankInfo, out: Path) -> contextlib.AbstractContextManager:

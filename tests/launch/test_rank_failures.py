@@ -215,3 +215,30 @@ def test_end_stopped_siblings_lets_a_stopped_sibling_close_its_records(tmp_path,
         assert code == 143 and mark.read_text() == "records closed" and waited < 2.5
     else:  # one that stays hung still ends, after the grace
         assert code == -signal.SIGKILL and not mark.exists() and waited >= 3.0
+
+
+def test_ranks_started_with_different_configurations_refuse_to_train(tiny_mini_data,
+                                                                      tmp_path):
+    """Rank 1 with opt.base_lr=0.5, rank 0 with 0.004: the replicas trained apart in
+    silence and rank 0's MLLOG said 0.004. Each rank now names its value; nothing trains."""
+    port = free_port()
+    procs = []
+    for rank, lr in ((0, "0.004"), (1, "0.5")):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "TORCHELASTIC_RUN_ID": "sciperf-mismatch-test"}
+        env.pop("SCIPERF_DEBUG", None)
+        procs.append(subprocess.Popen(
+            [str(BIN / "sciperf"), "train", *SMALL, f"opt.base_lr={lr}",
+             f"data.dir={tiny_mini_data}", f"output_dir={tmp_path / 'run'}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    for rank, proc in enumerate(procs):
+        _, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 2, stderr[-3000:]
+        errors = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train:")]
+        lr = ("0.004", "0.5")[rank]
+        assert len(errors) == 1 and errors[0].startswith(
+            f"sciperf train: error: ranks disagree on the configuration (this rank: "
+            f"opt.base_lr={lr}; another rank has other values)"), stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "error" and summary["epochs"] == 0
