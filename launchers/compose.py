@@ -370,13 +370,16 @@ fi
 exit "$$rc"
 """)
 
+# `exec`: mpirun/torchrun takes the shell's place, so the parent-death signal `sciperf
+# launch` sets on it (launchers/local.py) reaches the launcher of the ranks, which forwards
+# it — with the shell in between, a `kill -9` of `sciperf launch` left the ranks training.
 SCRIPT = Template("""\
 #!/bin/bash
 # Rendered by `sciperf launch` (launcher=$launcher container=$container system=$system).
 # Composition: launcher -> container -> program. Run again with `bash <this file>`.
 set -euo pipefail
 $setup$rendezvous
-$command
+exec $command
 """)
 
 LOCAL = Template("""\

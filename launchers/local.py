@@ -104,10 +104,14 @@ def run_script(path: str, env: Mapping[str, str], grace_s: float = 30.0,
     """`bash path` (a rendered host script: mpirun, torchrun) in its own process group,
     its status returned; SIGINT/SIGTERM to `sciperf launch` reach the whole group — the
     launcher and its ranks — which gets `grace_s` to write its aborted records before
-    SIGKILL (the script kept running when only `sciperf launch` ended)."""
+    SIGKILL (the script kept running when only `sciperf launch` ended); a `kill -9` of
+    `sciperf launch` has the kernel SIGTERM the exec'd mpirun/torchrun, which stops its
+    ranks (they ran on as orphans)."""
     with _caught_signals() as caught:
         try:
-            proc = subprocess.Popen(["bash", path], env=dict(env), start_new_session=True)
+            # the script execs mpirun/torchrun, which keeps the parent-death signal
+            proc = subprocess.Popen(["bash", path], env=dict(env), start_new_session=True,
+                                    preexec_fn=_die_with_supervisor())
         except OSError as exc:
             raise SciperfError(f"cannot start bash: {exc.strerror or exc}") from exc
         try:

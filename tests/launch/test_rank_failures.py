@@ -60,12 +60,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start_launch(data: Path, out: Path, log: Path) -> tuple[subprocess.Popen, dict[int, int]]:
-    """`sciperf launch launcher=local launcher.nprocs=2`, returned once both ranks train."""
+LOCAL = ("launcher=local", "launcher.nprocs=2")
+
+
+def _start_launch(data: Path, out: Path, log: Path, launcher: tuple[str, ...] = LOCAL
+                  ) -> tuple[subprocess.Popen, dict[int, int]]:
+    """`sciperf launch` of 2 ranks (launcher=local by default), returned once both train."""
     with log.open("w") as err:
-        launch = subprocess.Popen([str(BIN / "sciperf"), "launch", "launcher=local",
-                                   "launcher.nprocs=2", *SMALL, f"data.dir={data}",
-                                   f"output_dir={out}"],
+        launch = subprocess.Popen([str(BIN / "sciperf"), "launch", *launcher, *SMALL,
+                                   f"data.dir={data}", f"output_dir={out}"],
                                   stdout=subprocess.DEVNULL, stderr=err)
     result = out / "result_0.txt"
     deadline = time.monotonic() + 240  # a loaded 2-core machine starts torch slowly
@@ -88,12 +91,16 @@ def _assert_records_closed(out: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["status"] == "error"
 
 
-def test_kill_9_of_the_local_launcher_ends_its_ranks_with_their_records(tiny_mini_data,
-                                                                        tmp_path):
-    """The ranks lead sessions of their own: a `kill -9` of `sciperf launch` left both
-    training as orphans. PR_SET_PDEATHSIG sends each an ordinary SIGTERM instead."""
+@pytest.mark.parametrize("launcher", [LOCAL, ("launcher=torchrun", "launcher.tasks_per_node=2")],
+                         ids=["local", "torchrun"])
+def test_kill_9_of_the_launcher_ends_its_ranks_with_their_records(tiny_mini_data, tmp_path,
+                                                                  launcher):
+    """The ranks (local) or the host script (torchrun, mpirun) lead sessions of their own:
+    a `kill -9` of `sciperf launch` left both ranks training as orphans. PR_SET_PDEATHSIG
+    sends each rank — or the script's exec'd torchrun, which stops its ranks — an ordinary
+    SIGTERM instead."""
     out = tmp_path / "orphans"
-    launch, ranks = _start_launch(tiny_mini_data, out, tmp_path / "launch.err")
+    launch, ranks = _start_launch(tiny_mini_data, out, tmp_path / "launch.err", launcher)
     launch.send_signal(signal.SIGKILL)
     launch.wait()
     deadline = time.monotonic() + 15
