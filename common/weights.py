@@ -179,6 +179,8 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
         with open(tmp, "wb") as fh:
             np.savez(fh, **clean)
         os.replace(tmp, path)
+    except OSError as exc:  # numpy's write error names no file: a full disk said "a write
+        raise SciperfError(f"cannot write {path}: {exc.strerror or exc}") from exc  # failed"
     finally:
         tmp.unlink(missing_ok=True)
     return path

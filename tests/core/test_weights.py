@@ -147,3 +147,20 @@ def test_canonical_shape_matches_mapped_array():
         mapped = weights.to_canonical(name, np.empty(shape, np.float32), kind, "torch")
         assert weights.canonical_shape(name, shape, kind, "torch") == mapped.shape
         assert weights.canonical_shape(name, shape, kind, "keras") == shape
+
+
+def test_a_refused_write_names_the_weights_file(tmp_path):
+    """Under a file-size limit numpy's OSError named no file ("a write failed")."""
+    import resource
+    import signal
+    path = tmp_path / "w.npz"
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(SciperfError, match=rf"^cannot write {path}: File too large$"):
+            weights.save_npz(path, {"dense/kernel": np.zeros((64, 64), np.float32)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert list(tmp_path.iterdir()) == []
