@@ -88,6 +88,10 @@ def apply(cfg: Any, runtime: Any, local_batch: int) -> Layout:
         except (ValueError, SciperfError):  # a bad model config: its check names it next
             flops = None
         chosen = layout(cores, int(cfg.framework.inter_op_threads), flops)
+    elif int(cfg.framework.inter_op_threads):  # was ignored in silence (summary: inter_op 1)
+        raise SciperfError(f"framework.inter_op_threads={cfg.framework.inter_op_threads}: "
+                           f"{cfg.framework.name} runs one op at a time (it has no inter-op "
+                           "pool); leave it 0 and set framework.threads")
     else:
         chosen = Layout(cores, 1, "ops one at a time (no inter-op pool)")
     runtime.setup_threads(chosen.intra, chosen.inter)

@@ -12,6 +12,7 @@ import pytest
 
 from sciperf import threads
 from sciperf.config import compose
+from sciperf.errors import SciperfError
 
 
 def test_small_layers_run_side_by_side_and_large_ones_over_every_core() -> None:
@@ -60,6 +61,10 @@ def test_a_framework_without_an_inter_op_pool_gives_each_op_every_core() -> None
     cfg = compose(["workload=deepcam", "experiment=mini", "framework.threads=4",
                    "framework.inter_op_threads=1"])
     assert threads.apply(cfg, runtime, 8).inter == 1 and runtime.calls[-1] == (4, 1)
+    runtime.INTER_OP_POOL = False  # PyTorch: an asked count was ignored in silence
+    with pytest.raises(SciperfError, match=r"^framework.inter_op_threads=1: pytorch runs one "
+                                           r"op at a time \(it has no inter-op pool\)"):
+        threads.apply(cfg, runtime, 8)
 
 
 def test_tensorflow_really_runs_the_deepcam_mini_side_by_side(tmp_path: Path) -> None:
@@ -69,6 +74,7 @@ def test_tensorflow_really_runs_the_deepcam_mini_side_by_side(tmp_path: Path) ->
 import json, tensorflow as tf
 from sciperf.backends import RunContext, load_backend
 from sciperf.config import compose
+from sciperf.errors import SciperfError
 from sciperf.workloads import get
 cfg = compose(["workload=deepcam", "experiment=mini", "framework=tensorflow",
                "framework.threads=2", "precision=fp32", "data.dir={tmp_path}"])
