@@ -926,6 +926,10 @@ def _write_failure(exc: BaseException, out: Path, unwritten: list[str]) -> Scipe
 
 
 INIT_FILES = ("train.init_weights", "train.init_checkpoint")  # (the latter: OpenFold's)
+# how a missing file is made (a mini's starting checkpoint comes from `prepare`)
+INIT_HINTS = {"train.init_checkpoint": " (a mini's starting checkpoint is made by `sciperf "
+                                       "prepare workload={workload} experiment={experiment}`; "
+                                       "train.init_checkpoint= starts from scratch)"}
 
 
 def _check_init_files(cfg: Any) -> None:
@@ -939,8 +943,12 @@ def _check_init_files(cfg: Any) -> None:
         path = Path(str(value))
         try:
             if not path.is_file():
-                what = "is not a regular file" if path.exists() else "no such file"
-                raise SciperfError(f"{key}={value}: {what}")
+                if path.exists():
+                    raise SciperfError(f"{key}={value}: is not a regular file")
+                hint = INIT_HINTS.get(key, "").format(
+                    workload=OmegaConf.select(cfg, "workload", default="…"),
+                    experiment=OmegaConf.select(cfg, "experiment", default="mini"))
+                raise SciperfError(f"{key}={value}: no such file{hint}")
             with path.open("rb") as fh:
                 fh.read(1)
         except OSError as exc:
