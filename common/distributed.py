@@ -308,7 +308,7 @@ def end_stopped_siblings(env: Mapping[str, str] | None = None,
         for sig in (signal.SIGTERM, signal.SIGCONT):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-    with _late_terms_ignored():
+    with terms_ignored():
         deadline = time.monotonic() + grace_s
         while (alive := _alive_children(agent, stopped)) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -319,10 +319,12 @@ def end_stopped_siblings(env: Mapping[str, str] | None = None,
 
 
 @contextlib.contextmanager
-def _late_terms_ignored() -> Iterator[None]:
-    """SIGTERM/SIGHUP ignored while the caller waits for its siblings: its records are
-    closed and it is on its way out, but torchrun, seeing a sibling end, SIGTERMs it —
-    and "terminated by SIGTERM" replaced the line naming the lost peer."""
+def terms_ignored() -> Iterator[None]:
+    """SIGTERM/SIGHUP ignored while a rank finishes what it must: an aborting run's last
+    records (the launcher's follow-up SIGTERM after a peer died must not cut run_stop or
+    summary.json short), a survivor waiting for its stopped siblings (torchrun, seeing a
+    sibling end, SIGTERMs it — and "terminated by SIGTERM" replaced the line naming the
+    lost peer). SIGKILL still can; signals are only ours to set in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -33,7 +33,13 @@ from sciperf.config import config_hash, to_container
 from sciperf.data.layout import check_output_dir
 from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
 from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
-from sciperf.distributed import RankInfo, discover, end_stopped_siblings, split_instances
+from sciperf.distributed import (
+    RankInfo,
+    discover,
+    end_stopped_siblings,
+    split_instances,
+    terms_ignored,
+)
 from sciperf.errors import PeerLostError, SciperfError
 from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
@@ -217,7 +223,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     stopped: list[bool] = []  # run_stop is in the log: an abort after it adds none
 
     def closing_records() -> None:  # the aborted run's last records (either thread)
-        with _shielded():  # each record tried on its own: a full disk may refuse some
+        with terms_ignored():  # each record tried on its own: a full disk may refuse some
             if state.run_start is not None and not stopped:
                 with _kept_in(unwritten):
                     mll.run_stop(False, workload.epoch_num(cfg, state.epochs))
@@ -674,22 +680,6 @@ def _records_line(out: Path, info: RankInfo, run_start: float | None) -> str:
     if run_start is None:
         return f"{summary} written to {out} (stopped before run_start)"
     return f"run_stop aborted and {summary} written to {out}"
-
-
-@contextlib.contextmanager
-def _shielded() -> Iterator[None]:
-    """Let an aborting run finish its last records: the launcher's follow-up SIGTERM (a
-    peer died, torchrun/srun tear down) must not cut run_stop or summary.json short.
-    SIGKILL still can; signals are only ours to set in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 def instance_config(cfg: Any, info: RankInfo) -> Any:
