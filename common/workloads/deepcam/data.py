@@ -286,12 +286,12 @@ def read_raw(path: Path, fmt: str,
     """
     _check_format(fmt)
     labels = path if fmt == "hdf5" else label_path(path)  # the file the labels come from
-    if fmt == "hdf5":
+    if fmt == "hdf5":  # checked as declared, before the read
         (x, y), checked = _read_hdf5(path, shape), False
     else:
         (x, checked), y = _load_npy_data(path), _load_npy(labels, "label")
-    _check_numeric(path, x)
-    _check_declared(path, x.shape, y.shape, shape)
+        _check_numeric(path, x)
+        _check_declared(path, x.shape, y.shape, shape)
     with np.errstate(over="ignore"):  # an overflow is reported as Inf just below
         x32 = np.asarray(x, np.float32)
     if not checked or x.dtype.itemsize > 4:  # float64 beyond float32's range becomes Inf
