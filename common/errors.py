@@ -16,3 +16,10 @@ class PeerLostError(SciperfError):
     """Another rank died or stopped answering: not the user's input, so exit code 1."""
 
     exit_code = 1
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's text (at most 200 characters): what a
+    one-line refusal quotes of a library's multi-line error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]

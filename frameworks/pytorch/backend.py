@@ -56,7 +56,7 @@ from torch import nn
 from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import remainders, shuffle_seed
-from sciperf.errors import SciperfError
+from sciperf.errors import SciperfError, first_line
 from sciperf.weights import load_npz
 from sciperf_pytorch import dali, runtime, weights
 from sciperf_pytorch import input as native
@@ -512,9 +512,3 @@ def load_weights_only(path: str | Path, key: str, map_location: Any = "cpu") -> 
         reason = f"unsupported pickle opcode {found.group(2)}" if found else first_line(exc)
         raise SciperfError(f"{key}: not a checkpoint torch loads with weights_only=True "
                            f"({reason})") from None
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's text (at most 200 characters)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:200]

@@ -40,7 +40,7 @@ import tensorflow as tf
 from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
 from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
-from sciperf.errors import SciperfError
+from sciperf.errors import SciperfError, first_line
 from sciperf.weights import load_npz
 from sciperf_tensorflow import dali, runtime, weights
 from sciperf_tensorflow import input as native
@@ -326,7 +326,7 @@ class WorkloadBackend(FrameworkBackend):
                 stored = {k: saved[k] for k in saved.files}
         except (OSError, ValueError, EOFError, MemoryError, NotImplementedError,
                 zipfile.BadZipFile, zlib.error) as exc:
-            raise SciperfError(f"{path}: unreadable checkpoint ({_first_line(exc)})"
+            raise SciperfError(f"{path}: unreadable checkpoint ({first_line(exc)})"
                                ) from None
         wanted = self._state_variables()
         names = {f"{g}/{i:05d}" for g, found in wanted.items() for i in range(len(found))}
@@ -353,7 +353,7 @@ class WorkloadBackend(FrameworkBackend):
                 var.assign(value)
             except (ValueError, TypeError, tf.errors.OpError) as exc:
                 raise SciperfError(f"{path}: unreadable checkpoint ({name}: "
-                                   f"{_first_line(exc)})") from None
+                                   f"{first_line(exc)})") from None
         self.micro_step, self.opt_step = (int(v) for v in counters)
 
     def export_weights(self) -> dict[str, np.ndarray]:
@@ -371,9 +371,3 @@ def _value_problem(value: np.ndarray, var: tf.Variable) -> str | None:
     if dtype.is_floating and not np.isfinite(value).all():
         return "holds NaN/Inf"
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's text (at most 200 characters)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:200]
