@@ -385,3 +385,37 @@ def test_training_parity_step_by_step(small_data, accumulate: int) -> None:
     for name, ref in after_pt.items():
         assert_close(after_tf[name], ref, "train_weights", name)
     assert pt.evaluate() == pytest.approx(tfb.evaluate(), abs=0.02)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_pointwise_convolution_is_a_matmul_in_bf16_with_conv2ds_values_and_gradients(
+        dtype: str) -> None:
+    """Stride-1 1×1 convolutions run as one MatMul over the pixels in 16-bit floats (the
+    AMX bf16 weight gradient of TensorFlow's oneDNN lags its MatMul's) and stay a Conv2D
+    in float32; either way forward and both gradients equal a Conv2D's."""
+    layer = spec.LayerSpec(name="pw", kind="conv", cin=24, cout=16, kernel=1)
+    keras_layer = tf_model.build_layer(layer)
+    assert isinstance(keras_layer, tf_model.Pointwise)
+    assert not isinstance(tf_model.build_layer(spec.LayerSpec(
+        name="skip", kind="conv", cin=24, cout=16, kernel=1, stride=2)), tf_model.Pointwise)
+    x = np.random.default_rng(3).standard_normal((2, 6, 9, 24)).astype(np.float32)
+    xt = tf.cast(tf.constant(x), dtype)
+
+    def grads(conv):
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            y = conv(xt, tf.cast(keras_layer.kernel, dtype))
+            loss = tf.reduce_sum(tf.square(tf.cast(y, tf.float32)))
+        return [tf.cast(t, tf.float32).numpy()
+                for t in (y, *tape.gradient(loss, [xt, keras_layer.kernel]))]
+
+    graph = tf.function(keras_layer.convolution_op).get_concrete_function(
+        xt, tf.cast(keras_layer.kernel, dtype)).graph
+    types = {op.type for op in graph.get_operations()}
+    want, other = ("MatMul", "Conv2D") if dtype == "bfloat16" else ("Conv2D", "MatMul")
+    assert want in types and other not in types, types
+    ours = grads(keras_layer.convolution_op)
+    theirs = grads(lambda v, k: tf.nn.conv2d(v, k, 1, "VALID"))
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-2 * np.abs(b).max())

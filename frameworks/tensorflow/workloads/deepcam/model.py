@@ -20,8 +20,8 @@ from keras import ops
 from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepConvSpec
 from sciperf_tensorflow.weights import export_weights, import_weights
 
-__all__ = ["Affine", "AtrousConv2D", "BatchNorm", "DeepCam", "build_layer", "crop_deconv",
-           "export_weights", "import_weights"]
+__all__ = ["Affine", "AtrousConv2D", "BatchNorm", "DeepCam", "Pointwise", "build_layer",
+           "crop_deconv", "export_weights", "import_weights"]
 
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # PyTorch's BatchNorm2d defaults (the reference)
 
@@ -105,6 +105,31 @@ class AtrousConv2D(keras.layers.Conv2D):
                             padding=self.padding.upper(), dilations=self.dilation_rate)
 
 
+class Pointwise(keras.layers.Conv2D):
+    """A 1×1, stride-1 convolution that, in 16-bit floats, runs as one MatMul over the
+    map's pixels: (N·H·W, C_in) × (C_in, C_out), the same sums as the convolution.
+
+    Why: TensorFlow 2.21 bundles oneDNN 3.7.3, whose AMX bf16 weight gradient for 1×1
+    convolutions (``brgconv_bwd_w:avx10_1_512_amx``) runs far behind the one in torch's
+    oneDNN 3.12 — for the middle flow's 728→728 at 48×72, 37.9 against 10.6 ms on one
+    thread (same primitive, formats and shape; 2-vCPU Xeon with AMX) — while its bf16
+    MatMul and MatMul gradients do not lag: forward + both gradients of that layer 33 →
+    19 ms, of 2048→256 39 → 21 ms, equal at 192×288 (measured side by side, TF 2.21).
+    DeepCAM has 71 such layers (51 of them 728→728). fp32 keeps the convolution (the
+    MatMul was no faster there: 40–53 against 39–48 ms, 110–122 against 130 ms at
+    192×288). Forward and gradients equal Conv2D's and PyTorch's (tested); the kernel
+    variable stays (1, 1, C_in, C_out), so weights and checkpoints are unchanged.
+    """
+
+    def convolution_op(self, inputs, kernel):
+        if inputs.dtype not in (tf.bfloat16, tf.float16):
+            return super().convolution_op(inputs, kernel)
+        cin = kernel.shape[2]
+        pixels = tf.reshape(inputs, [-1, cin])
+        y = tf.matmul(pixels, tf.reshape(kernel, [cin, kernel.shape[3]]))
+        return tf.reshape(y, tf.concat([tf.shape(inputs)[:3], [kernel.shape[3]]], 0))
+
+
 def _init(spec: LayerSpec):
     """The spec's init distribution (shared with PyTorch) as a Keras initializer."""
     scale = spec.init_scale()
@@ -129,7 +154,8 @@ def build_layer(spec: LayerSpec) -> keras.layers.Layer:
                                              use_bias=False, kernel_initializer=_init(spec),
                                              name=name)
     else:
-        conv = AtrousConv2D if d > 1 else keras.layers.Conv2D
+        conv = AtrousConv2D if d > 1 else Pointwise if k == 1 and s == 1 \
+            else keras.layers.Conv2D
         layer = conv(
             spec.cout, k, strides=s, padding="valid" if s > 1 or k == 1 else "same",
             dilation_rate=d, use_bias=spec.bias, kernel_initializer=_init(spec),
