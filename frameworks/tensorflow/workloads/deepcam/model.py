@@ -115,7 +115,7 @@ class Pointwise(keras.layers.Conv2D):
     thread (same primitive, formats and shape; 2-vCPU Xeon with AMX) — while its bf16
     MatMul and MatMul gradients do not lag: forward + both gradients of that layer 33 →
     19 ms, of 2048→256 39 → 21 ms, equal at 192×288 (measured side by side, TF 2.21).
-    DeepCAM has 71 such layers (51 of them 728→728). fp32 keeps the convolution (the
+    DeepCAM has 69 such layers (51 of them 728→728). fp32 keeps the convolution (the
     MatMul was no faster there: 40–53 against 39–48 ms, 110–122 against 130 ms at
     192×288). Forward and gradients equal Conv2D's and PyTorch's (tested); the kernel
     variable stays (1, 1, C_in, C_out), so weights and checkpoints are unchanged.
