@@ -117,8 +117,8 @@ class Pointwise(keras.layers.Conv2D):
     19 ms, of 2048→256 39 → 21 ms, equal at 192×288 (measured side by side, TF 2.21).
     DeepCAM has 69 such layers (51 of them 728→728). fp32 keeps the convolution (the
     MatMul was no faster there: 40–53 against 39–48 ms, 110–122 against 130 ms at
-    192×288). Forward and gradients equal Conv2D's and PyTorch's (tested); the kernel
-    variable stays (1, 1, C_in, C_out), so weights and checkpoints are unchanged.
+    192×288). Forward and both gradients equal Conv2D's (tested); the kernel variable
+    stays (1, 1, C_in, C_out), so weights and checkpoints are unchanged.
     """
 
     def convolution_op(self, inputs, kernel):
@@ -154,8 +154,11 @@ def build_layer(spec: LayerSpec) -> keras.layers.Layer:
                                              use_bias=False, kernel_initializer=_init(spec),
                                              name=name)
     else:
-        conv = AtrousConv2D if d > 1 else Pointwise if k == 1 and s == 1 \
-            else keras.layers.Conv2D
+        conv = keras.layers.Conv2D
+        if d > 1:
+            conv = AtrousConv2D
+        elif k == 1 and s == 1:
+            conv = Pointwise
         layer = conv(
             spec.cout, k, strides=s, padding="valid" if s > 1 or k == 1 else "same",
             dilation_rate=d, use_bias=spec.bias, kernel_initializer=_init(spec),
