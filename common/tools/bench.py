@@ -452,7 +452,7 @@ def scaling_case(workload: Workload, framework: str, root: Path,
 
 # the bench's own keys (the rest are config overrides every training row takes)
 BENCH_KEYS = ("bench.cases", "bench.precision", "bench.samples", "bench.batch",
-              "bench.epochs", "bench.workers", "bench.isolate")
+              "bench.epochs", "bench.workers", "bench.isolate", "bench.rounds")
 # config keys each row sets itself: an override of one changed what a row measured while
 # its labels kept the bench's values (`bench.precision=bf16 precision=fp32` timed fp32 in
 # a row labelled bf16); each names the bench key that says it
@@ -485,11 +485,18 @@ class Plan:
     isolate: bool
     out: Path
     extra: list[str]  # the config overrides of every training row
+    rounds: int = 1  # bench.rounds: every training row once per round, interleaved
 
     @property
     def experiments(self) -> list[str]:
         """The training cases that run, in the workload's order."""
         return [e for e in _cases(self.workload).train if not self.only or e in self.only]
+
+    @property
+    def train_rows(self) -> list[tuple[str, str, str]]:
+        """(framework, case, precision) of one round's training rows, in the order timed."""
+        return [(fw, experiment, precision) for fw in self.frameworks
+                for experiment in self.experiments for precision in self.precisions]
 
     @property
     def runs(self) -> list[str]:
@@ -505,7 +512,7 @@ class Plan:
         return {"cases": self.runs, "frameworks": self.frameworks,
                 "precisions": self.precisions,
                 **self.shape, "workers": self.workers,
-                "isolate": self.isolate, "overrides": self.extra}
+                "isolate": self.isolate, "rounds": self.rounds, "overrides": self.extra}
 
 
 def bench(overrides: list[str]) -> int:
@@ -541,17 +548,25 @@ def _run(plan: Plan, result: dict[str, Any], files: Outputs) -> None:
     result["precision_auto"] = {fw: _auto_choice(fw, workload) for fw in plan.frameworks}
     for fw, choice in result["precision_auto"].items():
         print(f"precision=auto ({fw}): {choice['precision']} ({choice['reason']})", flush=True)
-    for fw in plan.frameworks:
-        for experiment in plan.experiments:
-            for precision in plan.precisions:
-                row = timed(fw, experiment, precision, root, plan.extra, plan.shape)
-                result["train"].append(row)
-                save()  # a later row killed (OOM) keeps it
-                print(f"train {fw:<10} {experiment:<4} {precision:<4} "
-                      f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
-                      f"{row['peak_rss_MB']} MB{_units(row)}, "
-                      f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak"
-                      f"{_epochs(row)}", flush=True)
+    for n in range(1, plan.rounds + 1):
+        for fw, experiment, precision in plan.train_rows:
+            row = timed(fw, experiment, precision, root, plan.extra, plan.shape)
+            row["round"] = n
+            result["train"].append(row)
+            save()  # a later row killed (OOM) keeps it
+            print(f"train {fw:<10} {experiment:<4} {precision:<4} "
+                  f"{row['samples_per_s']:8.4g} samples/s, {row['seconds']:.1f} s, peak "
+                  f"{row['peak_rss_MB']} MB{_units(row)}, "
+                  f"{row['fraction_of_peak']:.1%} of the {precision} matmul peak"
+                  f"{_epochs(row)}{_round(n, plan.rounds)}", flush=True)
+    if plan.rounds > 1:
+        result["rounds"] = round_summary(result["train"])
+        save()
+        for line in result["rounds"]:
+            print(f"rounds {line['framework']:<10} {line['model']:<4} {line['precision']:<4} "
+                  f"median {line['median_samples_per_s']:.4g} samples/s (spread "
+                  f"{line['spread']:.2f}x), median {line['median_ratio']:.3f}x {line['vs']} "
+                  f"(by round {' / '.join(f'{r:.3f}' for r in line['ratio'])})", flush=True)
     if "input" in plan.runs:
         _input_rows(workload, root, result, plan.workers, plan.shape, save)
     if "staging" in plan.runs:
@@ -599,8 +614,13 @@ def plan_bench(overrides: list[str]) -> Plan:
                else worker_counts(cpu_count()))
     # every train row in a process of its own (bench.isolate=false: all in this one)
     isolate = _flag(opts.pop("bench.isolate", "true"), "bench.isolate")
+    rounds = opts.pop("bench.rounds", None)
     plan = Plan(name, workload, frameworks, only, precisions, shape, workers, isolate, out,
-                [f"{k}={v}" for k, v in opts.items()])
+                [f"{k}={v}" for k, v in opts.items()],
+                1 if rounds is None else _positive(rounds, f"bench.rounds={rounds}"))
+    if rounds is not None and not plan.experiments:
+        raise SciperfError(f"bench.rounds={rounds}: bench.cases={','.join(plan.only)} times "
+                           "no training row, and rounds repeat the training rows")
     _check_sizes(plan)
     _check_overrides(plan)
     check_output_dir(out, "output=")
@@ -749,6 +769,48 @@ def _positive(value: str, name: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise SciperfError(f"{name}: expected a positive integer")
     return int(value)
+
+
+def _round(n: int, rounds: int) -> str:
+    """`, round 2/5` on a row's line when the bench runs rounds."""
+    return f", round {n}/{rounds}" if rounds > 1 else ""
+
+
+def round_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each training row's rate over the rounds: the median, the spread (fastest over
+    slowest round) and its ratio to the round's first row of the same case, round by
+    round and their median.
+
+    Why pairs: a shared VM's speed drifts by a quarter from one minute to the next (a
+    whole model step 3.6–5.1 s with nothing else running), as much as the differences
+    between frameworks and precisions a user compares; rows timed back to back in one
+    round see the same machine, so their ratio holds where the rates themselves do
+    not."""
+    by_round: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_round.setdefault(row["round"], []).append(row)
+    keys = [_key(row) for row in by_round[min(by_round)]]
+    lines = []
+    for key in keys:
+        base_key = next(k for k in keys if k[1] == key[1])
+        rates = [_rate(group, key) for group in by_round.values()]
+        ratios = [_rate(group, key) / _rate(group, base_key) for group in by_round.values()]
+        lines.append({"framework": key[0], "model": key[1], "precision": key[2],
+                      "samples_per_s": rates,
+                      "median_samples_per_s": significant(statistics.median(rates)),
+                      "spread": round(max(rates) / min(rates), 3),
+                      "vs": " ".join(base_key), "ratio": [round(r, 4) for r in ratios],
+                      "median_ratio": round(statistics.median(ratios), 4)})
+    return lines
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["framework"], row["model"], row["precision"]
+
+
+def _rate(group: list[dict[str, Any]], key: tuple[str, str, str]) -> float:
+    """The samples/s of the row `key` in one round's rows."""
+    return next(float(row["samples_per_s"]) for row in group if _key(row) == key)
 
 
 def _write_json(path: Path, result: dict[str, Any]) -> None:

@@ -222,3 +222,65 @@ def test_each_row_runs_in_a_process_of_its_own(tmp_path: Path) -> None:
     with pytest.raises(SciperfError, match="bench.isolate=maybe: expected true or false"):
         bench.bench(["workload=cosmoflow", "bench.isolate=maybe", f"output={tmp_path}"])
     assert "SIGKILL (out of memory?" in bench._ended(-9)
+
+
+def test_rounds_interleave_the_rows_and_compare_them_round_by_round(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """bench.rounds=3 times every training row once per round, the rounds one after the
+    other (not one row three times), and sums them up as medians and per-round ratios to
+    the case's first row: on a VM whose speed drifts, the rows of one round share it."""
+    import json
+
+    order: list[tuple[str, str]] = []
+    # round 2 runs on a machine twice as slow: the rates halve, the ratios do not move
+    speed = {1: 1.0, 2: 0.5, 3: 1.0}
+    base = {("pytorch", "fp32"): 1.0, ("pytorch", "bf16"): 2.5, ("tensorflow", "fp32"): 0.8,
+            ("tensorflow", "bf16"): 2.0}
+
+    def fake_row(fw, experiment, precision, root, extra, shape=None):
+        order.append((fw, precision))
+        n = 1 + (len(order) - 1) // 4
+        return {"framework": fw, "model": experiment, "precision": precision,
+                "samples_per_s": base[fw, precision] * speed[n], "seconds": 1.0,
+                "peak_rss_MB": 1, "fraction_of_peak": 0.1}
+
+    monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "_auto_choice", lambda fw, w: {"precision": "bf16",
+                                                              "reason": "test"})
+    assert bench.bench(["workload=cosmoflow", "framework=pytorch,tensorflow",
+                        "bench.cases=full", "bench.rounds=3", "bench.isolate=false",
+                        f"output={tmp_path}"]) == 0
+    one_round = [("pytorch", "fp32"), ("pytorch", "bf16"), ("tensorflow", "fp32"),
+                 ("tensorflow", "bf16")]
+    assert order == one_round * 3
+    result = json.loads((tmp_path / "cosmoflow.json").read_text())
+    assert [r["round"] for r in result["train"]] == [1] * 4 + [2] * 4 + [3] * 4
+    assert result["asked"]["rounds"] == 3
+    lines = {(r["framework"], r["precision"]): r for r in result["rounds"]}
+    tf_bf16 = lines["tensorflow", "bf16"]
+    assert tf_bf16["samples_per_s"] == [2.0, 1.0, 2.0]
+    assert tf_bf16["median_samples_per_s"] == 2.0
+    assert tf_bf16["spread"] == 2.0
+    assert tf_bf16["vs"] == "pytorch full fp32"
+    assert tf_bf16["ratio"] == [2.0, 2.0, 2.0]
+    assert lines["tensorflow", "fp32"]["median_ratio"] == 0.8
+    assert lines["pytorch", "fp32"]["ratio"] == [1.0, 1.0, 1.0]
+
+
+def test_one_round_writes_no_summary(tmp_path: Path, monkeypatch) -> None:
+    """Without bench.rounds the JSON is as before: each row once, round 1, no summary."""
+    import json
+
+    def fake_row(fw, experiment, precision, root, extra, shape=None):
+        return {"framework": fw, "model": experiment, "precision": precision,
+                "samples_per_s": 1.0, "seconds": 1.0, "peak_rss_MB": 1,
+                "fraction_of_peak": 0.1}
+
+    monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "_auto_choice", lambda fw, w: {"precision": "bf16",
+                                                              "reason": "test"})
+    bench.bench(["workload=cosmoflow", "bench.cases=full", "bench.isolate=false",
+                 f"output={tmp_path}"])
+    result = json.loads((tmp_path / "cosmoflow.json").read_text())
+    assert [r["round"] for r in result["train"]] == [1, 1]
+    assert "rounds" not in result
