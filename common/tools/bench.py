@@ -402,13 +402,33 @@ def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
             "rerun_skipped": rerun.skipped}
 
 
-def scaling_case(workload: Workload, framework: str, root: Path,
-                 epochs: int = 4) -> dict[str, Any]:
+# what a 1-vs-2-rank row sets itself (a bench override of these is not taken there)
+SCALING_SETS = ("experiment", "framework", "framework.threads", "train.max_epochs",
+                "train.target", "distributed.backend")
+
+
+def scaling_overrides(extra: list[str]) -> tuple[list[str], list[str]]:
+    """The bench's config overrides split into those the 1-vs-2-rank rows take and those
+    they set themselves (thread layout, epochs, target, launcher): the rows ran the
+    default config whatever was given (`allocator=…` timed the training rows only)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    def own(override: str) -> bool:
+        return key(override) in SCALING_SETS or key(override).split(".")[0] == "launcher"
+    extra = [o for o in extra if key(o) != "workload"]  # how the bench picked the rows'
+    return [o for o in extra if not own(o)], [o for o in extra if own(o)]
+
+
+def scaling_case(workload: Workload, framework: str, root: Path, epochs: int = 4,
+                 extra: list[str] | None = None) -> dict[str, Any]:
     """Mini training samples/s with 1 rank (2 threads) vs 2 ranks (1 thread each) on this
     host, through the real launcher; the first epoch (warm-up) is left out. The target is
-    out of reach (every epoch runs)."""
+    out of reach (every epoch runs). The bench's config overrides are taken, but for the
+    keys the row sets itself (recorded as `overrides_replaced`)."""
+    taken, replaced = scaling_overrides(extra or [])
     n = 256
-    mini = compose([f"workload={workload.name}", "experiment=mini"])
+    mini = compose([f"workload={workload.name}", "experiment=mini", *taken])
     folder = _cases(workload).dataset(root, workload.model_spec(mini), "npy", n)
     never = 1e9 if workload.metric.higher_is_better else -1e9
     rows = []
@@ -418,7 +438,7 @@ def scaling_case(workload: Workload, framework: str, root: Path,
             launcher = (["launcher=mpirun", f"launcher.tasks_per_node={ranks}"]
                         if framework == "tensorflow" and ranks > 1
                         else ["launcher=local", f"launcher.nprocs={ranks}"])
-            cmd = [sys.executable, "-m", "sciperf.cli", "launch", *launcher,
+            cmd = [sys.executable, "-m", "sciperf.cli", "launch", *launcher, *taken,
                    f"workload={workload.name}", "experiment=mini", f"framework={framework}",
                    f"data.dir={folder}", f"data.train_samples={n}",
                    f"data.eval_samples={n // 2}", f"train.max_epochs={epochs}",
@@ -446,7 +466,8 @@ def scaling_case(workload: Workload, framework: str, root: Path,
     rates = [r.get("samples_per_s") for r in rows]
     speedup = rates[1] / rates[0] if all(rates) else None
     return {"framework": framework, "precision_asked": "auto", "train_samples": n,
-            "epochs_timed": epochs - 1, "runs": rows,
+            "epochs_timed": epochs - 1, "overrides": taken, "overrides_replaced": replaced,
+            "runs": rows,
             "speedup_2_vs_1": round(speedup, 3) if speedup else None}
 
 
@@ -580,11 +601,12 @@ def _run(plan: Plan, result: dict[str, Any], files: Outputs) -> None:
     if "scaling" in plan.runs:
         result["scaling"] = []
         for fw in plan.frameworks:
-            row = scaling_case(workload, fw, root)
+            row = scaling_case(workload, fw, root, extra=plan.extra)
             result["scaling"].append(row)
             save()
             print(f"scaling {fw:<10} 1 vs 2 ranks: {row['runs']} speedup "
-                  f"{row['speedup_2_vs_1']}", flush=True)
+                  f"{row['speedup_2_vs_1']}" + (f" (the row sets {', '.join(replaced)} "
+                  "itself)" if (replaced := row["overrides_replaced"]) else ""), flush=True)
 
 
 def plan_bench(overrides: list[str]) -> Plan:

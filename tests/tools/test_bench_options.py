@@ -139,3 +139,17 @@ def test_loader_rows_record_the_workers_that_can_be_busy() -> None:
     assert bench.usable_workers(16, 64, 4) == 16
     assert bench.usable_workers(32, 64, 4) == 20
     assert bench.usable_workers(2, 64, 4) == 2
+
+
+def test_the_scaling_rows_take_the_overrides_but_their_own_keys() -> None:
+    """The 1-vs-2-rank rows are training too: a bench override (`framework.malloc=…`)
+    times them as it times the training rows (they ran the default config); the thread
+    layout, epochs, target and launcher are the row's own, and an override of them is
+    recorded as replaced rather than dropped in silence. `workload=` is how the bench
+    picked the rows' workload: neither."""
+    taken, replaced = bench.scaling_overrides(
+        ["workload=cosmoflow", "framework.malloc=arena", "opt.warmup_epochs=0",
+         "framework.threads=1", "+launcher.nprocs=4", "launcher=srun", "train.target=0.3"])
+    assert taken == ["framework.malloc=arena", "opt.warmup_epochs=0"]
+    assert replaced == ["framework.threads=1", "+launcher.nprocs=4", "launcher=srun",
+                        "train.target=0.3"]
