@@ -395,6 +395,7 @@ def validate(cfg: DictConfig) -> None:
     check_time_limit(cfg.time_limit)
     check_port("launcher.master_port", OmegaConf.select(cfg, "launcher.master_port"))
     try:  # the workload's own ranges, now rather than after run_start in the backend
+        workload.metric.check_target(float(cfg.train.target), workload.name)
         workload.check_config(cfg)
     except ValueError as exc:
         raise SciperfError(str(exc)) from None

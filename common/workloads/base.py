@@ -72,6 +72,18 @@ class Metric:
     name: str
     target: float
     higher_is_better: bool
+    span: tuple[float, float] = (0.0, float("inf"))  # every value the metric can take
+
+    def check_target(self, target: float, workload: str) -> None:
+        """A `train.target` the metric can take, or ValueError in one line: `82` for an
+        IoU of 0.82 (a percent for a fraction) ran every epoch of a job and failed at
+        the end, and a negative MAE could never be met either."""
+        low, high = self.span
+        if not low <= target <= high:
+            raise ValueError(f"train.target={target:g}: {workload}'s {self.name} lies in "
+                             f"[{low:g}, {high:g}], so no run could "
+                             f"{'reach' if (target > high) == self.higher_is_better else 'miss'}"
+                             " it")
 
     def reached(self, value: float, target: float | None = None) -> bool:
         """Whether `value` meets `target` (the spec's target by default)."""

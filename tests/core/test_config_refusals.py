@@ -214,3 +214,30 @@ def test_an_empty_optional_directory_is_refused(key: str) -> None:
     "none" on purpose."""
     assert _refused(f"{key}=").startswith(f"{key} is empty ({key}=''): ")
     assert OmegaConf.select(compose([*BASE, f"{key}=null"]), key) is None
+
+
+# --- train.target: a value the metric can take ---------------------------------------------
+
+@pytest.mark.parametrize(("workload", "target", "message"), [
+    # a percent for DeepCAM's fraction: every epoch of a job ran, and it failed at the end
+    ("deepcam", "82", r"^train.target=82: deepcam's validation IoU lies in \[0, 1\], so "
+                      r"no run could reach it$"),
+    ("openfold", "1.5", r"openfold's validation mean lDDT-Cα lies in \[0, 1\], so no run "
+                        r"could reach it$"),
+    ("cosmoflow", "-0.1", r"^train.target=-0.1: cosmoflow's validation MAE lies in "
+                          r"\[0, inf\], so no run could reach it$"),
+    ("oc20", "-1", r"oc20's validation force MAE lies in \[0, inf\], so no run could reach"),
+    ("deepcam", "-0.5", r"lies in \[0, 1\], so no run could miss it$"),
+])
+def test_a_target_outside_the_metric_is_one_line(workload: str, target: str,
+                                                 message: str) -> None:
+    with pytest.raises(SciperfError, match=message):
+        compose([f"workload={workload}", f"train.target={target}"])
+
+
+@pytest.mark.parametrize(("workload", "target"), [
+    ("deepcam", 1.0), ("deepcam", 0.0), ("openfold", 0.02), ("cosmoflow", 0.0),
+    ("cosmoflow", 10.0),  # met at the first evaluation: tests use it
+])
+def test_a_target_the_metric_can_take_composes(workload: str, target: float) -> None:
+    assert compose([f"workload={workload}", f"train.target={target}"]).train.target == target

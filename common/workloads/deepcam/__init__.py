@@ -14,7 +14,8 @@ from sciperf.workloads.deepcam import bench, dali, data, flops, prepare, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
-    metric=Metric(spec.METRIC_KEY, spec.METRIC_NAME, spec.TARGET, spec.HIGHER_IS_BETTER),
+    metric=Metric(spec.METRIC_KEY, spec.METRIC_NAME, spec.TARGET, spec.HIGHER_IS_BETTER,
+                  (0.0, 1.0)),
     model=spec.ModelSpec, optimizer=spec.OptimizerSpec, train=spec.TrainSpec,
     data=spec.DataSpec,
     dataset=Dataset(formats=spec.DATA_FORMATS, splits=spec.SPLITS,
