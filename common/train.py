@@ -44,7 +44,7 @@ from sciperf.errors import PeerLostError, SciperfError
 from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
 from sciperf.results.mllog import MLLogger
-from sciperf.weights import save_npz
+from sciperf.weights import load_npz, save_npz
 from sciperf.workloads import get
 from sciperf.workloads.base import Workload
 
@@ -199,7 +199,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     found, replace = _resume_point(cfg, out, info)
     overwrite = bool(cfg.train.overwrite) or replace
     try:  # before the claim, which an overwrite makes delete the earlier run's records
-        _check_init_files(cfg)
+        _check_init_files(cfg, workload)
     except SciperfError:
         if out.is_dir() and not overwrite and found is None:  # an earlier run there: its
             output.claim(out, False, rank == 0, info.instance,  # refusal (it deletes
@@ -922,10 +922,12 @@ INIT_HINTS = {"train.init_checkpoint": " (a mini's starting checkpoint is made b
                                        "train.init_checkpoint= starts from scratch)"}
 
 
-def _check_init_files(cfg: Any) -> None:
+def _check_init_files(cfg: Any, workload: Workload) -> None:
     """A starting-weights file that is missing or unreadable, refused before the output is
     claimed: the backend's setup found it only after result_0.txt and summary.json were
-    written (and an overwrite had deleted the earlier run)."""
+    written (and an overwrite had deleted the earlier run). The canonical .npz is read
+    whole and checked against the model, as the backend will: a truncated or corrupt
+    file, or one of another model, was found there too."""
     for key in INIT_FILES:
         value = OmegaConf.select(cfg, key, default=None)
         if not value:
@@ -944,6 +946,11 @@ def _check_init_files(cfg: Any) -> None:
         except OSError as exc:
             raise SciperfError(f"{key}={value}: cannot be read ({exc.strerror or exc})"
                                ) from None
+        if key == "train.init_weights":  # (OpenFold's reference checkpoint: its loader's)
+            try:
+                load_npz(path, expected_entries=workload.model_spec(cfg).weight_shapes())
+            except SciperfError as exc:
+                raise SciperfError(f"{key}={value}: {exc}") from None
 
 
 def json_safe(value: Any) -> Any:

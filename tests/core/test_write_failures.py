@@ -13,12 +13,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.results.mllog import MLLogger
 from sciperf.train import _check_init_files
+from sciperf.weights import save_npz
+from sciperf.workloads import get
 
 TRAIN = ["train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
          "train.global_batch_size=32", "train.target=0.0001", "framework.threads=1",
@@ -106,26 +110,63 @@ def test_a_log_that_cannot_be_written_raises_once_naming_it(capsys) -> None:
     assert "Logging error" not in capsys.readouterr().err
 
 
-def test_a_missing_init_weights_file_is_refused_before_any_record(
-        sciperf_cmd, tiny_mini_data: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+@pytest.mark.parametrize("kind", ["missing", "truncated"])
+def test_a_bad_init_weights_file_is_refused_before_any_record(
+        sciperf_cmd, tiny_mini_data: Path, tmp_path: Path, kind: str) -> None:
+    """Missing, or cut short (a copy that ran out of disk): the backend's load found the
+    latter only after result_0.txt and summary.json were written."""
+    out, path = tmp_path / "run", tmp_path / "w.npz"
+    if kind == "truncated":
+        whole = save_npz(tmp_path / "whole.npz", _zeros(_mini_cfg(path)))
+        path.write_bytes(whole.read_bytes()[:-100])
     proc = _train(sciperf_cmd, tiny_mini_data, out, "train.max_epochs=1",
-                  f"train.init_weights={tmp_path}/no.npz")
-    assert _one_line(proc) == \
-        f"sciperf train: error: train.init_weights={tmp_path}/no.npz: no such file"
+                  f"train.init_weights={path}")
+    want = "no such file" if kind == "missing" else "cannot read weight file"
+    assert _one_line(proc).startswith(f"sciperf train: error: train.init_weights={path}: "
+                                      f"{want}"), proc.stderr[-2000:]
     assert not out.exists()
+
+
+def _mini_cfg(path: Path, workload: str = "cosmoflow"):
+    return compose([f"workload={workload}", "experiment=mini", f"train.init_weights={path}"])
+
+
+def _zeros(cfg) -> dict[str, np.ndarray]:
+    """A canonical weight file's arrays for `cfg`'s model, every entry its right shape."""
+    shapes = get(cfg.workload).model_spec(cfg).weight_shapes()
+    return {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
 
 
 @pytest.mark.parametrize("key", ["train.init_weights", "train.init_checkpoint"])
 def test_init_files_are_checked(tmp_path: Path, key: str) -> None:
     """OpenFold's train.init_checkpoint too; other workloads' configs have no such key."""
     section, name = key.split(".")
+    cosmoflow = get("cosmoflow")
     cfg = OmegaConf.create({section: {name: str(tmp_path)}})
     with pytest.raises(SciperfError, match=f"^{key}={tmp_path}: is not a regular file$"):
-        _check_init_files(cfg)
-    (tmp_path / "w.bin").write_bytes(b"x")
-    _check_init_files(OmegaConf.create({section: {name: str(tmp_path / "w.bin")}}))
-    _check_init_files(OmegaConf.create({"train": {"init_weights": ""}}))
+        _check_init_files(cfg, cosmoflow)
+    (tmp_path / "w.bin").write_bytes(b"x")  # OpenFold's loader reads its own format
+    _check_init_files(OmegaConf.create({"train": {"init_checkpoint": str(tmp_path / "w.bin")}}),
+                      cosmoflow)
+    _check_init_files(OmegaConf.create({"train": {"init_weights": ""}}), cosmoflow)
+
+
+def test_init_weights_are_read_and_fitted_to_the_model_before_the_run(tmp_path: Path) -> None:
+    """The canonical .npz whole, as the backend reads it: not an archive, or the weights
+    of another model (the full one for a mini run), is one line naming the key."""
+    path = tmp_path / "w.npz"
+    cfg = _mini_cfg(path)
+    cosmoflow = get("cosmoflow")
+    save_npz(path, _zeros(cfg))
+    _check_init_files(cfg, cosmoflow)
+    path.write_bytes(b"x")
+    with pytest.raises(SciperfError, match=rf"^train.init_weights={path}: cannot read weight "
+                                           rf"file {path}: "):
+        _check_init_files(cfg, cosmoflow)
+    full = compose(["workload=cosmoflow", "experiment=full", f"train.init_weights={path}"])
+    save_npz(path, _zeros(full))
+    with pytest.raises(SciperfError, match=rf"^train.init_weights={path}: {path}: "):
+        _check_init_files(cfg, cosmoflow)
 
 
 def test_a_resume_that_cannot_write_its_log_is_one_line(sciperf_cmd, tiny_mini_data: Path,
