@@ -410,7 +410,8 @@ SCALING_SETS = ("experiment", "framework", "framework.threads", "train.max_epoch
 def scaling_overrides(extra: list[str]) -> tuple[list[str], list[str]]:
     """The bench's config overrides split into those the 1-vs-2-rank rows take and those
     they set themselves (thread layout, epochs, target, launcher): the rows ran the
-    default config whatever was given (`allocator=…` timed the training rows only)."""
+    default config whatever was given (`framework.malloc=…` timed the training rows
+    only)."""
     def key(override: str) -> str:
         return override.split("=", 1)[0].lstrip("+~")
 
@@ -817,7 +818,10 @@ def round_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key in keys:
         base_key = next(k for k in keys if k[1] == key[1])
         rates = [_rate(group, key) for group in by_round.values()]
-        ratios = [_rate(group, key) / _rate(group, base_key) for group in by_round.values()]
+        bases = [_rate(group, base_key) for group in by_round.values()]
+        if min(rates + bases) <= 0:  # (a row that timed nothing has no ratio)
+            continue
+        ratios = [rate / base for rate, base in zip(rates, bases, strict=True)]
         lines.append({"framework": key[0], "model": key[1], "precision": key[2],
                       "samples_per_s": rates,
                       "median_samples_per_s": significant(statistics.median(rates)),
