@@ -419,3 +419,40 @@ def test_a_pointwise_convolution_is_a_matmul_in_bf16_with_conv2ds_values_and_gra
     for a, b in zip(ours, theirs, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-2 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("rate", "size"), [(2, (6, 9)), (18, (6, 9)), (3, (11, 8))])
+def test_a_dilated_convolution_takes_its_weight_gradient_from_a_matmul_in_bf16(
+        dtype: str, rate: int, size: tuple[int, int]) -> None:
+    """The ASPP's dilated 3×3 convolutions: in 16-bit floats the weight gradient is one
+    MatMul over the shifted taps (TensorFlow's oneDNN lags there), in float32 oneDNN's
+    Conv2DBackpropFilter; forward and both gradients equal the plain dilated convolution's
+    either way — with the rate larger than the map (the mini's 6×9 under 18) and maps of
+    odd and even sizes."""
+    keras_layer = tf_model.build_layer(spec.LayerSpec(name="aspp2", kind="conv", cin=12,
+                                                      cout=8, kernel=3, dilation=rate))
+    assert isinstance(keras_layer, tf_model.AtrousConv2D)
+    x = np.random.default_rng(rate).standard_normal((2, *size, 12)).astype(np.float32)
+    xt = tf.cast(tf.constant(x), dtype)
+
+    def grads(conv):
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            y = conv(xt, keras_layer.kernel)
+            loss = tf.reduce_sum(tf.square(tf.cast(y, tf.float32)))
+        return [tf.cast(t, tf.float32)
+                for t in (y, *tape.gradient(loss, [xt, keras_layer.kernel]))]
+
+    graph = tf.function(lambda: grads(keras_layer.convolution_op)).get_concrete_function().graph
+    types = {op.type for op in graph.get_operations()}
+    want, other = (("MatMul", "Conv2DBackpropFilter") if dtype == "bfloat16"
+                   else ("Conv2DBackpropFilter", "MatMul"))
+    assert want in types and other not in types, types
+    ours = grads(keras_layer.convolution_op)
+    theirs = grads(lambda v, k: tf.nn.conv2d(v, tf.cast(k, v.dtype), 1, "SAME",
+                                             dilations=rate))
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0,
+                                   atol=1e-2 * float(tf.reduce_max(tf.abs(b))))

@@ -21,7 +21,7 @@ from sciperf.workloads.deepcam.spec import BlockSpec, LayerSpec, ModelSpec, SepC
 from sciperf_tensorflow.weights import export_weights, import_weights
 
 __all__ = ["Affine", "AtrousConv2D", "BatchNorm", "DeepCam", "Pointwise", "build_layer",
-           "crop_deconv", "export_weights", "import_weights"]
+           "crop_deconv", "dilated_same", "export_weights", "import_weights"]
 
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # PyTorch's BatchNorm2d defaults (the reference)
 
@@ -97,12 +97,56 @@ class AtrousConv2D(keras.layers.Conv2D):
     kernel takes 0.02–0.06 ms. ``tf.nn.conv2d`` with ``dilations`` hands the rate to the
     kernel itself; forward and both gradients equal PyTorch's exactly (tested). The
     depthwise layers keep Keras' path: the CPU gradient kernels of a dilated
-    DepthwiseConv2dNative ignore the rate.
+    DepthwiseConv2dNative ignore the rate. In 16-bit floats the weight gradient is a
+    MatMul (`dilated_same`).
     """
 
     def convolution_op(self, inputs, kernel):
+        if inputs.dtype in (tf.bfloat16, tf.float16) and self.strides == (1, 1) \
+                and self.padding == "same":
+            return dilated_same(inputs, tf.cast(kernel, inputs.dtype), self.dilation_rate)
         return tf.nn.conv2d(inputs, kernel, strides=self.strides,
                             padding=self.padding.upper(), dilations=self.dilation_rate)
+
+
+def dilated_same(inputs, kernel, rate: tuple[int, int]):
+    """A stride-1, 'same'-padded dilated convolution whose weight gradient is one MatMul
+    over the input's shifted taps (im2col), in 16-bit floats; forward and input gradient
+    stay oneDNN's convolution.
+
+    Why: TensorFlow 2.21's oneDNN 3.7.3 computes the AMX bf16 weight gradient of a
+    dilated convolution far behind the one in torch's oneDNN 3.12 (the ASPP's rates 18 /
+    12 / 6: 580 / 413 / 266 against 132 / 114 / 97 ms a step), while its bf16 MatMul
+    does not lag. Measured side by side, one ASPP branch (2048→256, 3×3, 48×72, batch
+    1) forward + both gradients on a 2-vCPU Xeon with AMX: rate 18 703 → 393 ms, 12
+    502 → 289, 6 498 → 293 (the whole layer as im2col, the forward and input gradient
+    too, was slower: 832–987 ms). The taps' matrix holds k² copies of the input (127 MB
+    for that branch), alive only inside the gradient."""
+    dilations = [1, *rate, 1]
+
+    @tf.custom_gradient
+    def conv(x, k):
+        def grad(dy):
+            dx = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x), filter=k, out_backprop=dy, strides=[1, 1, 1, 1],
+                padding="SAME", dilations=dilations)
+            kh, kw, cin, cout = k.shape
+            taps = tf.reshape(_taps(x, (kh, kw), rate), [-1, kh * kw * cin])
+            dk = tf.matmul(taps, tf.reshape(dy, [-1, cout]), transpose_a=True)
+            return dx, tf.reshape(dk, k.shape)
+        return tf.nn.conv2d(x, k, 1, "SAME", dilations=dilations), grad
+    return conv(inputs, kernel)
+
+
+def _taps(x, size: tuple[int, int], rate: tuple[int, int]):
+    """The input under each kernel tap of a 'same'-padded dilated convolution, stacked on
+    the channels in the kernel's (row, column, channel) order: (N, H, W, kh·kw·C)."""
+    (kh, kw), (dh, dw) = size, rate
+    ph, pw = dh * (kh - 1), dw * (kw - 1)  # TensorFlow's SAME: the odd pixel after
+    padded = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+    h, w = tf.shape(x)[1], tf.shape(x)[2]
+    return tf.concat([padded[:, i * dh:i * dh + h, j * dw:j * dw + w, :]
+                      for i in range(kh) for j in range(kw)], axis=-1)
 
 
 class Pointwise(keras.layers.Conv2D):
