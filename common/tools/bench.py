@@ -140,9 +140,10 @@ def isolated_train_case(framework: str, experiment: str, precision: str, root: P
     child = ctx.Process(target=_child_row, name=f"bench {framework} {experiment} {precision}",
                         args=(send, framework, experiment, precision, str(root), extra, shape,
                               os.getpid()))
-    child.start()
-    send.close()
-    try:
+    try:  # Ctrl-C from here on stops the child: between its start and the wait a
+        # KeyboardInterrupt left it running, and the exit joined the whole row
+        child.start()
+        send.close()
         try:
             reply = json.loads(recv.recv_bytes())
         except EOFError:  # died without a word: a signal

@@ -105,10 +105,11 @@ def test_sizes_the_cases_take_are_accepted(no_rows: Path) -> None:
         assert plan.asked()["cases"][:3] == ["mini", "full", "input"]
     plan = bench.plan_bench(["workload=cosmoflow", "bench.cases=full", "bench.samples=32",
                              "bench.batch=8", "bench.epochs=2", "bench.precision=bf16",
-                             "framework.compile=true", f"output={no_rows / 'b'}"])
+                             "bench.rounds=3", "framework.compile=true",
+                             f"output={no_rows / 'b'}"])
     assert plan.asked() == {"cases": ["full"], "frameworks": ["pytorch"],
                             "precisions": ["bf16"], "samples": 32, "batch": 8, "epochs": 2,
-                            "workers": plan.workers, "isolate": True,
+                            "workers": plan.workers, "isolate": True, "rounds": 3,
                             "overrides": ["workload=cosmoflow", "framework.compile=true"]}
     json.dumps(plan.asked())  # as the JSON records it
 
