@@ -83,15 +83,22 @@ def test_a_signalled_bench_stops_its_row_process(sig: str, tmp_path: Path) -> No
     cmd = [sys.executable, "-m", "sciperf.cli", "bench", "workload=cosmoflow",
            "bench.cases=mini", "bench.precision=fp32", "bench.samples=16", "bench.batch=8",
            "bench.epochs=100000", f"output={tmp_path}"]
+    # faulthandler: a bench that does not end is made to print where each thread is
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            env=os.environ | {"PYTHONFAULTHANDLER": "1"})
     try:
         row = _row_process(proc)
         if sig == "SIGINT":  # as a terminal's Ctrl-C: every process of the group
             os.killpg(proc.pid, signal.SIGINT)
         else:
             os.kill(proc.pid, getattr(signal, sig))
-        _out, err = proc.communicate(timeout=60)
+        try:
+            _out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGABRT)  # its threads' stacks, on stderr
+            _out, err = proc.communicate(timeout=30)
+            pytest.fail(f"the bench did not end within 60 s of {sig}; its threads:\n{err}")
         assert _gone(row, 15), f"the row process {row} outlived the bench ({sig})"
     finally:  # whatever failed: nothing of this bench's process group runs on
         with contextlib.suppress(ProcessLookupError):
