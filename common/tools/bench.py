@@ -811,18 +811,17 @@ def round_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     between frameworks and precisions a user compares; rows timed back to back in one
     round see the same machine, so their ratio holds where the rates themselves do
     not."""
-    by_round: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_round.setdefault(row["round"], []).append(row)
-    keys = [_key(row) for row in by_round[min(by_round)]]
+    rate = {(row["round"], _key(row)): float(row["samples_per_s"]) for row in rows}
+    rounds = sorted({n for n, _ in rate})
+    keys = [key for n, key in rate if n == rounds[0]]
     lines = []
     for key in keys:
         base_key = next(k for k in keys if k[1] == key[1])
-        rates = [_rate(group, key) for group in by_round.values()]
-        bases = [_rate(group, base_key) for group in by_round.values()]
+        rates = [rate[n, key] for n in rounds]
+        bases = [rate[n, base_key] for n in rounds]
         if min(rates + bases) <= 0:  # (a row that timed nothing has no ratio)
             continue
-        ratios = [rate / base for rate, base in zip(rates, bases, strict=True)]
+        ratios = [r / b for r, b in zip(rates, bases, strict=True)]
         lines.append({"framework": key[0], "model": key[1], "precision": key[2],
                       "samples_per_s": rates,
                       "median_samples_per_s": significant(statistics.median(rates)),
@@ -834,11 +833,6 @@ def round_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _key(row: dict[str, Any]) -> tuple[str, str, str]:
     return row["framework"], row["model"], row["precision"]
-
-
-def _rate(group: list[dict[str, Any]], key: tuple[str, str, str]) -> float:
-    """The samples/s of the row `key` in one round's rows."""
-    return next(float(row["samples_per_s"]) for row in group if _key(row) == key)
 
 
 def _write_json(path: Path, result: dict[str, Any]) -> None:

@@ -127,8 +127,8 @@ def test_a_bad_init_weights_file_is_refused_before_any_record(
     assert not out.exists()
 
 
-def _mini_cfg(path: Path, workload: str = "cosmoflow"):
-    return compose([f"workload={workload}", "experiment=mini", f"train.init_weights={path}"])
+def _mini_cfg(path: Path):
+    return compose(["workload=cosmoflow", "experiment=mini", f"train.init_weights={path}"])
 
 
 def _zeros(cfg) -> dict[str, np.ndarray]:
