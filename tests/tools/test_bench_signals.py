@@ -80,9 +80,15 @@ def test_a_signalled_bench_stops_its_row_process(sig: str, tmp_path: Path) -> No
     and the previous complete JSON is untouched."""
     pytest.importorskip("torch")
     (tmp_path / "cosmoflow.json").write_text(json.dumps(OLD))
-    cmd = [sys.executable, "-m", "sciperf.cli", "bench", "workload=cosmoflow",
-           "bench.cases=mini", "bench.precision=fp32", "bench.samples=16", "bench.batch=8",
-           "bench.epochs=100000", f"output={tmp_path}"]
+    args = ["bench", "workload=cosmoflow", "bench.cases=mini", "bench.precision=fp32",
+            "bench.samples=16", "bench.batch=8", "bench.epochs=100000", f"output={tmp_path}"]
+    # Ctrl-C's handler as in a terminal: a test run started in the background (`make test &`
+    # from a script) passes SIGINT on ignored, and Python then keeps ignoring it — the bench
+    # would be right to time on (it did, twice, in a clean clone's suite run in the background)
+    cmd = [sys.executable, "-c", "import runpy, signal, sys; "
+           "signal.signal(signal.SIGINT, signal.default_int_handler); "
+           f"sys.argv = ['sciperf', *{args!r}]; "
+           "runpy.run_module('sciperf.cli', run_name='__main__', alter_sys=True)"]
     # faulthandler: a bench that does not end is made to print where each thread is
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
