@@ -8,6 +8,7 @@ fixes its thread pools and visible devices when it first runs an op, so the back
 
 from __future__ import annotations
 
+import os
 import time
 
 import keras
@@ -40,6 +41,17 @@ def setup_threads(threads: int, inter_op: int = 1) -> int:
     except RuntimeError:  # runtime already initialised: pools are fixed for this process
         return tf.config.threading.get_intra_op_parallelism_threads() or n
     return n
+
+
+def onednn() -> bool:
+    """Whether TensorFlow runs its oneDNN CPU kernels in this process (TF_ENABLE_ONEDNN_OPTS,
+    or TensorFlow's default for this CPU); without them some gradients (a dilated
+    Conv2DBackpropFilter) have no CPU kernel and models take another way round."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # a TensorFlow without the probe: trust the switch
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") not in ("0", "false", "False")
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def select_device(local_rank: int = 0) -> str:
