@@ -10,7 +10,8 @@ when it is at least ``MARGIN`` faster. Beside a GPU it is bf16 AMP, without a pr
 The measurement is cached per CPU model and flags, threads, framework version and op in
 ``$SCIPERF_CACHE_DIR`` (default ``~/.cache/sciperf``) ``/precision.json``, so later runs
 and every rank of a job on one kind of node read the same choice. An explicit
-``precision=fp32|tf32|bf16`` always wins (tf32: beside an NVIDIA GPU only).
+``precision=fp32|tf32|bf16`` always wins (tf32: beside an NVIDIA GPU only; bf16: on a GPU or a
+CPU with bf16 kernels — ``sciperf.info.bf16_kernels`` — not in 25×-slower emulation).
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
     node's other ranks wait for its first: one probe on an idle node, one choice)."""
     device = framework.get("device", "cpu")
     require_gpu_for_tf32(asked, device != "cpu")
+    if asked == "bf16" and device == "cpu" and not machine.get("bf16_kernels", True):
+        raise SciperfError(
+            f"precision=bf16: this CPU ({machine.get('cpu', 'unknown')}) has no bf16 kernels "
+            "(no AVX-512, AMX or AVX-NE-CONVERT): bf16 would be emulated, about 25× slower "
+            "than fp32 — use precision=fp32 or precision=auto")
     if asked != AUTO:
         return Choice(asked, asked, f"precision={asked} asked")
     if device != "cpu":

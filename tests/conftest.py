@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -9,7 +10,24 @@ from pathlib import Path
 
 import pytest
 
+# The environment TensorFlow must load under (oneDNN on, INFO lines off), as in a run: the
+# package sets it, and test modules import tensorflow before it. A PyTorch-only install lacks it.
+with contextlib.suppress(ImportError):
+    import sciperf_tensorflow  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bf16_cpu() -> None:
+    """Skips a test that trains in bf16 on this CPU where sciperf refuses bf16 (no bf16
+    kernels: emulated, ~25× fp32 — one mini run to target took most of an hour);
+    tests/core/test_precision.py and tests/tools/test_bench.py test the refusal everywhere."""
+    from sciperf.info import machine
+
+    if not machine()["bf16_kernels"]:
+        pytest.skip(f"this CPU ({machine()['cpu']}) has no bf16 kernels: precision=bf16 is "
+                    "refused here")
 
 
 @pytest.fixture(scope="session")

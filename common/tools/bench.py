@@ -510,6 +510,7 @@ class Plan:
     out: Path
     extra: list[str]  # the config overrides of every training row
     rounds: int = 1  # bench.rounds: every training row once per round, interleaved
+    precision_given: bool = False  # bench.precision named on the command line
 
     @property
     def experiments(self) -> list[str]:
@@ -572,6 +573,9 @@ def _run(plan: Plan, result: dict[str, Any], files: Outputs) -> None:
     result["precision_auto"] = {fw: _auto_choice(fw, workload) for fw in plan.frameworks}
     for fw, choice in result["precision_auto"].items():
         print(f"precision=auto ({fw}): {choice['precision']} ({choice['reason']})", flush=True)
+    if left_out := _emulated_bf16(plan):
+        result["bf16_left_out"], result["asked"] = left_out, plan.asked()
+        print(f"bf16 rows left out: {left_out}", flush=True)
     for n in range(1, plan.rounds + 1):
         for fw, experiment, precision in plan.train_rows:
             row = timed(fw, experiment, precision, root, plan.extra, plan.shape)
@@ -630,6 +634,7 @@ def plan_bench(overrides: list[str]) -> Plan:
     cases = _cases(workload)
     frameworks = _list(opts, "framework", "pytorch")
     only = _list(opts, "bench.cases", None, [*cases.train, "input"])
+    precision_given = "bench.precision" in opts
     precisions = _list(opts, "bench.precision", "fp32,bf16", list(PRECISIONS))
     shape = {key: _positive(value, f"bench.{key}={value}") for key in ("samples", "batch", "epochs")
              if (value := opts.pop(f"bench.{key}", None)) is not None}
@@ -642,7 +647,8 @@ def plan_bench(overrides: list[str]) -> Plan:
     rounds = opts.pop("bench.rounds", None)
     plan = Plan(name, workload, frameworks, only, precisions, shape, workers, isolate, out,
                 [f"{k}={v}" for k, v in opts.items()],
-                1 if rounds is None else _positive(rounds, f"bench.rounds={rounds}"))
+                1 if rounds is None else _positive(rounds, f"bench.rounds={rounds}"),
+                precision_given)
     if rounds is not None and not plan.experiments:
         raise SciperfError(f"bench.rounds={rounds}: bench.cases={','.join(plan.only)} times "
                            "no training row, and rounds repeat the training rows")
@@ -770,6 +776,25 @@ class Outputs:
         if self.partial.exists():
             return f"the rows done are in {self.partial}; {kept}"
         return f"no row finished; {kept}"
+
+
+def _emulated_bf16(plan: Plan) -> str | None:
+    """On a CPU without bf16 kernels (``sciperf.info.bf16_kernels``) the default bench
+    leaves its bf16 rows out and says why (emulated, a mini row ran for hours); a
+    bench.precision that names bf16 is refused in one line, as `precision=bf16` is. A
+    GPU beside such a CPU keeps them."""
+    info = machine()
+    if "bf16" not in plan.precisions or info.get("bf16_kernels", True) or not any(
+            load_backend(fw, plan.name).runtime.versions().get("device", "cpu") == "cpu"
+            for fw in plan.frameworks):
+        return None
+    why = (f"this CPU ({info['cpu']}) has no bf16 kernels (no AVX-512, AMX or "
+           "AVX-NE-CONVERT): bf16 would be emulated, about 25× slower than fp32")
+    if plan.precision_given:
+        raise SciperfError(f"bench.precision={','.join(plan.precisions)}: {why}; use "
+                           "bench.precision=fp32")
+    plan.precisions = [p for p in plan.precisions if p != "bf16"]
+    return why
 
 
 def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from sciperf import precision
 from sciperf.errors import SciperfError
 from sciperf.workloads import get
 
-MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "amx_bf16": True, "avx512_bf16": False}
+MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "amx_bf16": True, "avx512_bf16": False,
+           "bf16_kernels": True}
 CPU = {"framework": "pytorch", "torch": "9.9", "device": "cpu"}
 
 
@@ -42,6 +43,35 @@ def test_an_explicit_precision_wins_without_a_probe(asked: str) -> None:
     probe = Probe(10.0, 1.0)
     choice = precision.choose(asked, "conv3d", probe, CPU, MACHINE, 2)
     assert (choice.precision, choice.asked, probe.calls) == (asked, asked, 0)
+
+
+def test_bf16_is_refused_in_one_line_on_a_cpu_without_bf16_kernels() -> None:
+    """An AVX2 CPU would emulate bf16 (25× fp32's time); a GPU beside it still takes it,
+    and auto still probes (and picks fp32 by the measurement)."""
+    probe, avx2 = Probe(1.0, 25.0), {**MACHINE, "amx_bf16": False, "bf16_kernels": False}
+    with pytest.raises(SciperfError, match=r"^precision=bf16: this CPU \(Test CPU 9000\) has "
+                       r"no bf16 kernels .* use precision=fp32 or precision=auto$") as err:
+        precision.choose("bf16", "conv3d", probe, CPU, avx2, 2)
+    assert "\n" not in str(err.value) and probe.calls == 0
+    gpu = {**CPU, "device": "NVIDIA H100 80GB HBM3"}
+    assert precision.choose("bf16", "conv3d", probe, gpu, avx2, 16).precision == "bf16"
+    assert precision.choose("auto", "conv3d", probe, CPU, avx2, 2).precision == "fp32"
+    assert probe.calls == 2
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({"sse2", "avx", "avx2", "fma"}, False),  # AMD EPYC Zen 3
+    ({"sse2", "avx2", "avx512f"}, False),  # AVX-512 foundation alone: no bf16 kernel
+    ({"sse2", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, True),  # Xeon, no AMX
+    ({"sse2", "avx2", "avx512_bf16"}, True),  # Zen 4/5
+    ({"sse2", "amx_bf16"}, True),
+    ({"sse2", "avx2", "avx_ne_convert"}, True),
+    ({"fp", "asimd", "bf16"}, True),  # not x86: nothing to judge by
+])
+def test_bf16_kernels_follow_the_cpu_flags(flags: set[str], expected: bool) -> None:
+    from sciperf.info import bf16_kernels
+
+    assert bf16_kernels(flags) is expected
 
 
 def test_tf32_is_kept_on_a_gpu_and_refused_on_the_cpu_in_one_line() -> None:

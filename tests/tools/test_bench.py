@@ -10,6 +10,7 @@ import pytest
 
 from sciperf.config import compose
 from sciperf.errors import SciperfError
+from sciperf.info import machine
 from sciperf.tools import bench
 from sciperf.tools.characterize import count_flops
 from sciperf.workloads import WORKLOADS, get
@@ -123,6 +124,7 @@ def test_rows_land_as_they_finish_for_the_precisions_asked(tmp_path: Path,
                 "fraction_of_peak": 0.5}
 
     monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "machine", lambda: {**machine(), "bf16_kernels": True})
     with pytest.raises(SystemExit):
         bench.bench(["workload=cosmoflow", "bench.cases=mini,full", "bench.precision=bf16",
                      "bench.isolate=false",
@@ -190,6 +192,36 @@ def test_a_case_can_be_resized_for_a_faster_device(tmp_path: Path, monkeypatch) 
     for bad in ("bench.batch=0", "bench.epochs=two", "bench.workers=1,x"):
         with pytest.raises(SciperfError, match=f"{bad}: expected a positive integer"):
             bench.bench(["workload=cosmoflow", bad, f"output={tmp_path}"])
+
+
+def test_a_cpu_without_bf16_kernels_times_fp32_and_refuses_bf16_asked(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """Emulated bf16 (no AVX-512/AMX: ~25× fp32) is left out of the default bench with the
+    reason in the JSON, and refused in one line before any row when bench.precision names
+    it."""
+    import json
+
+    timed: list[tuple[str, str]] = []
+
+    def fake_row(fw, experiment, precision, root, extra, shape=None):
+        timed.append((experiment, precision))
+        return {"framework": fw, "model": experiment, "precision": precision,
+                "samples_per_s": 1.0, "seconds": 1.0, "peak_rss_MB": 1, "fraction_of_peak": 0.5}
+
+    monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "machine", lambda: {**machine(), "cpu": "AVX2 CPU",
+                                                   "bf16_kernels": False})
+    bench.bench(["workload=cosmoflow", "bench.cases=mini", "bench.isolate=false",
+                 f"output={tmp_path}"])
+    result = json.loads((tmp_path / "cosmoflow.json").read_text())
+    assert timed == [("mini", "fp32")] and result["asked"]["precisions"] == ["fp32"]
+    assert "this CPU (AVX2 CPU) has no bf16 kernels" in result["bf16_left_out"]
+    timed.clear()
+    with pytest.raises(SciperfError, match=r"^bench.precision=fp32,bf16: this CPU \(AVX2 CPU\) "
+                                           r"has no bf16 kernels .*use bench.precision=fp32"):
+        bench.bench(["workload=cosmoflow", "bench.cases=mini", "bench.precision=fp32,bf16",
+                     "bench.isolate=false", f"output={tmp_path}"])
+    assert timed == []
 
 
 def test_each_row_runs_in_a_process_of_its_own(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sciperf.info import machine
 from sciperf.tools import bench
 
 OLD = {"workload": "cosmoflow", "complete": True, "train": [{"model": "old"}], "input": []}
@@ -141,6 +142,7 @@ def test_a_cut_short_bench_keeps_the_last_complete_json(tmp_path: Path, monkeypa
                 "fraction_of_peak": 0.5}
 
     monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "machine", lambda: {**machine(), "bf16_kernels": True})
     args = ["workload=cosmoflow", "bench.cases=mini", "bench.precision=fp32,bf16",
             "bench.isolate=false", f"output={tmp_path}"]
     with pytest.raises(KeyboardInterrupt) as exc:

@@ -64,8 +64,10 @@ def test_make_run_equivalent_reaches_target_and_passes_checker(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_mini_run_reaches_target_in_either_precision(mini_data, tmp_path, precision):
+def test_mini_run_reaches_target_in_either_precision(mini_data, tmp_path, precision, request):
     """Whichever precision `auto` picks on a machine, the mini converges in it."""
+    if precision == "bf16":
+        request.getfixturevalue("bf16_cpu")
     out = tmp_path / precision
     sciperf("train", "experiment=mini", f"precision={precision}", f"data.dir={mini_data}",
             f"output_dir={out}")

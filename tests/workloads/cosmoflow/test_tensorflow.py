@@ -353,7 +353,7 @@ def test_threads_are_set_before_tensorflow_starts():
 
 # --- end to end through the CLI ------------------------------------------------------------
 @pytest.mark.slow
-def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path):
+def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path, bf16_cpu):
     """`sciperf prepare` + `sciperf train framework=tensorflow experiment=mini` + check."""
     data, out = tmp_path / "data", tmp_path / "out"
     common = ["workload=cosmoflow", "framework=tensorflow", "experiment=mini",

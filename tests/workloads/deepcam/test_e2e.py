@@ -36,7 +36,7 @@ def mini_data(tmp_path_factory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_mini_reaches_iou_target_and_passes_checker(mini_data: Path, tmp_path: Path,
-                                                    framework: str) -> None:
+                                                    framework: str, bf16_cpu: None) -> None:
     pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
     out = tmp_path / framework
     proc = sciperf("train", "workload=deepcam", f"framework={framework}", "experiment=mini",

@@ -389,10 +389,12 @@ def test_training_parity_step_by_step(small_data, accumulate: int) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_pointwise_convolution_is_a_matmul_in_bf16_with_conv2ds_values_and_gradients(
-        dtype: str) -> None:
+        dtype: str, request) -> None:
     """Stride-1 1×1 convolutions run as one MatMul over the pixels in 16-bit floats (the
     AMX bf16 weight gradient of TensorFlow's oneDNN lags its MatMul's) and stay a Conv2D
     in float32; either way forward and both gradients equal a Conv2D's."""
+    if dtype != "float32":  # TensorFlow's Eigen bf16 kernels round differently
+        request.getfixturevalue("bf16_cpu")
     layer = spec.LayerSpec(name="pw", kind="conv", cin=24, cout=16, kernel=1)
     keras_layer = tf_model.build_layer(layer)
     assert isinstance(keras_layer, tf_model.Pointwise)
@@ -424,12 +426,14 @@ def test_a_pointwise_convolution_is_a_matmul_in_bf16_with_conv2ds_values_and_gra
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(("rate", "size"), [(2, (6, 9)), (18, (6, 9)), (3, (11, 8))])
 def test_a_dilated_convolution_takes_its_weight_gradient_from_a_matmul_in_bf16(
-        dtype: str, rate: int, size: tuple[int, int]) -> None:
+        dtype: str, rate: int, size: tuple[int, int], request) -> None:
     """The ASPP's dilated 3×3 convolutions: in 16-bit floats the weight gradient is one
     MatMul over the shifted taps (TensorFlow's oneDNN lags there), in float32 oneDNN's
     Conv2DBackpropFilter; forward and both gradients equal the plain dilated convolution's
     either way — with the rate larger than the map (the mini's 6×9 under 18) and maps of
     odd and even sizes."""
+    if dtype != "float32":  # without bf16 kernels TensorFlow has no dilated bf16 gradient
+        request.getfixturevalue("bf16_cpu")
     keras_layer = tf_model.build_layer(spec.LayerSpec(name="aspp2", kind="conv", cin=12,
                                                       cout=8, kernel=3, dilation=rate))
     assert isinstance(keras_layer, tf_model.AtrousConv2D)

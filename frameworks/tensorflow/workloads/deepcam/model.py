@@ -100,15 +100,15 @@ class AtrousConv2D(keras.layers.Conv2D):
     depthwise layers keep Keras' path: the CPU gradient kernels of a dilated
     DepthwiseConv2dNative ignore the rate. In 16-bit floats the weight gradient is a
     MatMul (`dilated_same`). Without oneDNN (TF_ENABLE_ONEDNN_OPTS=0) TensorFlow's Eigen
-    kernels have no dilated weight gradient, so a float32 layer takes Keras' path there.
+    kernels have no dilated gradients, so the layer takes Keras' path there.
     """
 
     def convolution_op(self, inputs, kernel):
+        if not runtime.onednn():
+            return super().convolution_op(inputs, kernel)
         if inputs.dtype in (tf.bfloat16, tf.float16) and self.strides == (1, 1) \
                 and self.padding == "same":
             return dilated_same(inputs, tf.cast(kernel, inputs.dtype), self.dilation_rate)
-        if not runtime.onednn():
-            return super().convolution_op(inputs, kernel)
         return tf.nn.conv2d(inputs, kernel, strides=self.strides,
                             padding=self.padding.upper(), dilations=self.dilation_rate)
 
