@@ -277,6 +277,7 @@ def test_rounds_interleave_the_rows_and_compare_them_round_by_round(tmp_path: Pa
                 "peak_rss_MB": 1, "fraction_of_peak": 0.1}
 
     monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "machine", lambda: {**machine(), "bf16_kernels": True})
     monkeypatch.setattr(bench, "_auto_choice", lambda fw, w: {"precision": "bf16",
                                                               "reason": "test"})
     assert bench.bench(["workload=cosmoflow", "framework=pytorch,tensorflow",
@@ -309,6 +310,7 @@ def test_one_round_writes_no_summary(tmp_path: Path, monkeypatch) -> None:
                 "fraction_of_peak": 0.1}
 
     monkeypatch.setattr(bench, "train_case", fake_row)
+    monkeypatch.setattr(bench, "machine", lambda: {**machine(), "bf16_kernels": True})
     monkeypatch.setattr(bench, "_auto_choice", lambda fw, w: {"precision": "bf16",
                                                               "reason": "test"})
     bench.bench(["workload=cosmoflow", "bench.cases=full", "bench.isolate=false",
