@@ -109,4 +109,4 @@ def bf16_kernels(flags: set[str]) -> bool:
     gradient kernel at all there."""
     if "sse2" not in flags:
         return True
-    return (flags >= AVX512_CORE or bool({"amx_bf16", "avx512_bf16", "avx_ne_convert"} & flags))
+    return flags >= AVX512_CORE or bool({"amx_bf16", "avx512_bf16", "avx_ne_convert"} & flags)

@@ -63,6 +63,15 @@ def cache_key(machine: dict[str, Any], framework: dict[str, str], op: str,
     return f"{machine.get('cpu', '?')} [{flags or 'no bf16 units'}] x{threads} | {versions} | {op}"
 
 
+def emulated_bf16(machine: dict[str, Any]) -> str | None:
+    """Why bf16 would be emulated on this CPU (``sciperf.info.bf16_kernels``), or None:
+    the one reason `precision=bf16` and the bench's bf16 rows are refused or left out."""
+    if machine.get("bf16_kernels", True):
+        return None
+    return (f"this CPU ({machine.get('cpu', 'unknown')}) has no bf16 kernels (no AVX-512, AMX "
+            "or AVX-NE-CONVERT): bf16 would be emulated, about 25× slower than fp32")
+
+
 def require_gpu_for_tf32(precision: str, on_gpu: bool) -> None:
     """TF32 is an NVIDIA tensor-core format: `precision=tf32` off a GPU ends in one line
     (the driver asks before anything is written; each runtime again when used alone)."""
@@ -123,11 +132,8 @@ def choose(asked: str, op: str, runtime: Any, framework: dict[str, str],
     node's other ranks wait for its first: one probe on an idle node, one choice)."""
     device = framework.get("device", "cpu")
     require_gpu_for_tf32(asked, device != "cpu")
-    if asked == "bf16" and device == "cpu" and not machine.get("bf16_kernels", True):
-        raise SciperfError(
-            f"precision=bf16: this CPU ({machine.get('cpu', 'unknown')}) has no bf16 kernels "
-            "(no AVX-512, AMX or AVX-NE-CONVERT): bf16 would be emulated, about 25× slower "
-            "than fp32 — use precision=fp32 or precision=auto")
+    if asked == "bf16" and device == "cpu" and (why := emulated_bf16(machine)):
+        raise SciperfError(f"precision=bf16: {why} — use precision=fp32 or precision=auto")
     if asked != AUTO:
         return Choice(asked, asked, f"precision={asked} asked")
     if device != "cpu":

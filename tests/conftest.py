@@ -25,9 +25,9 @@ def bf16_cpu() -> None:
     tests/core/test_precision.py and tests/tools/test_bench.py test the refusal everywhere."""
     from sciperf.info import machine
 
-    if not machine()["bf16_kernels"]:
-        pytest.skip(f"this CPU ({machine()['cpu']}) has no bf16 kernels: precision=bf16 is "
-                    "refused here")
+    if not (cpu := machine())["bf16_kernels"]:
+        pytest.skip(f"this CPU ({cpu['cpu']}) has no bf16 kernels: precision=bf16 is refused "
+                    "here")
 
 
 @pytest.fixture(scope="session")

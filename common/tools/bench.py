@@ -783,13 +783,11 @@ def _emulated_bf16(plan: Plan) -> str | None:
     leaves its bf16 rows out and says why (emulated, a mini row ran for hours); a
     bench.precision that names bf16 is refused in one line, as `precision=bf16` is. A
     GPU beside such a CPU keeps them."""
-    info = machine()
-    if "bf16" not in plan.precisions or info.get("bf16_kernels", True) or not any(
+    why = auto_precision.emulated_bf16(machine())
+    if "bf16" not in plan.precisions or not why or not any(
             load_backend(fw, plan.name).runtime.versions().get("device", "cpu") == "cpu"
             for fw in plan.frameworks):
         return None
-    why = (f"this CPU ({info['cpu']}) has no bf16 kernels (no AVX-512, AMX or "
-           "AVX-NE-CONVERT): bf16 would be emulated, about 25× slower than fp32")
     if plan.precision_given:
         raise SciperfError(f"bench.precision={','.join(plan.precisions)}: {why}; use "
                            "bench.precision=fp32")

@@ -8,6 +8,7 @@ fixes its thread pools and visible devices when it first runs an op, so the back
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -43,6 +44,7 @@ def setup_threads(threads: int, inter_op: int = 1) -> int:
     return n
 
 
+@functools.cache  # fixed when TensorFlow loads; asked at every dilated layer's trace
 def onednn() -> bool:
     """Whether TensorFlow runs its oneDNN CPU kernels in this process (TF_ENABLE_ONEDNN_OPTS,
     or TensorFlow's default for this CPU); without them some gradients (a dilated
