@@ -13,6 +13,9 @@ ARGS ?=
 # `make run` replaces its own default results folder; an OUT_DIR you name is never overwritten
 RUN_OVERWRITE = $(if $(filter file,$(origin OUT_DIR)),train.overwrite=true)
 PYTEST_ARGS ?=
+# Test processes side by side (pytest-xdist): one a core, at most 4 (a test may start ranks of its
+# own); TEST_JOBS=0 runs the suite in one process. Most tests wait on subprocesses' imports.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 # Images (containers/README.md): FRAMEWORK above, FLAVOR, and optional build inputs.
 FLAVOR ?= cpu
 IMAGE ?= sciperf-$(FRAMEWORK):$(FLAVOR)
@@ -47,7 +50,7 @@ run: setup ## generate synthetic data, train mini CosmoFlow to target, check the
 	  data.dir=$(DATA_DIR) output_dir=$(OUT_DIR) $(RUN_OVERWRITE) $(ARGS)
 
 test: setup-test ## run the test suite
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS) tests
 
 bench: setup ## measure throughput; writes bench/<workload>.json
 	$(SCIPERF) bench workload=$(WORKLOAD) framework=$(FRAMEWORKS) $(ARGS)

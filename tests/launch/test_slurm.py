@@ -110,17 +110,18 @@ def test_launch_submits_and_prints_the_job_id(slurm, tmp_path: Path, monkeypatch
 
 
 @pytest.mark.slow
-def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, sciperf_cmd) -> None:
+def test_srun_mini_cosmoflow_training(slurm, tmp_path: Path, tiny_mini_data: Path) -> None:
     """2 ranks of mini CosmoFlow (PyTorch) through sbatch → srun: MLLOG and exit state.
 
-    Needs distributed training in the PyTorch backend (DDP over gloo).
+    Needs distributed training in the PyTorch backend (DDP over gloo). One epoch of the
+    session's 64 + 32 mini samples, one thread a rank: the launch is under test, not the
+    convergence (the whole mini set took 5 min on a 2-core AVX2 EPYC).
     """
     pytest.importorskip("torch")
-    data, out = tmp_path / "data", tmp_path / "out"
-    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
-                    f"data.dir={data}"], check=True, capture_output=True, timeout=600)
+    data, out = tiny_mini_data, tmp_path / "out"
     overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
                  "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
+                 "data.train_samples=64", "data.eval_samples=32", "framework.threads=1",
                  f"data.dir={data}", f"output_dir={out}", "train.max_epochs=1",
                  f"data.stage_dir={tmp_path / 'stage'}"]
     job = plan(compose(overrides), overrides=overrides)
@@ -158,14 +159,11 @@ def _wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
-def _submit_two_rank_mini(slurm: dict[str, str], tmp_path: Path, sciperf_cmd: list[str],
+def _submit_two_rank_mini(slurm: dict[str, str], tmp_path: Path, data: Path,
                           *extra: str) -> tuple[str, Path]:
-    """Prepare 64+32 mini universes, submit 2 srun ranks of mini CosmoFlow (GBS 8, target
-    out of reach) through a rendered sbatch script; (job id, output_dir)."""
-    data, out = tmp_path / "data", tmp_path / "out"
-    subprocess.run([*sciperf_cmd, "prepare", "workload=cosmoflow", "experiment=mini",
-                    f"data.dir={data}", "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True, timeout=600)
+    """Submit 2 srun ranks of mini CosmoFlow (GBS 8, target out of reach) on the session's
+    64+32 mini universes (`data`) through a rendered sbatch script; (job id, output_dir)."""
+    out = tmp_path / "out"
     overrides = ["workload=cosmoflow", "framework=pytorch", "experiment=mini",
                  "system=local-slurm", "launcher=srun", "launcher.tasks_per_node=2",
                  f"data.dir={data}", f"output_dir={out}", "data.train_samples=64",
@@ -179,7 +177,7 @@ def _submit_two_rank_mini(slurm: dict[str, str], tmp_path: Path, sciperf_cmd: li
 
 
 @pytest.mark.slow
-def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_cmd,
+def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, tiny_mini_data,
                                                  stop_inside_epoch) -> None:
     """launcher.requeue=true on a real Slurm: USR1 to the batch shell (what --signal=B:USR1
     sends before the time limit; scancel --signal sends it now) reaches both srun ranks
@@ -187,7 +185,7 @@ def test_requeue_checkpoints_on_usr1_and_resumes(slurm, tmp_path: Path, sciperf_
     and the second run resumes and finishes: one log, every epoch once, the resume
     recorded."""
     pytest.importorskip("torch")
-    job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "launcher.requeue=true",
+    job_id, out = _submit_two_rank_mini(slurm, tmp_path, tiny_mini_data, "launcher.requeue=true",
                                         "train.max_epochs=3")
     log = out / "result_0.txt"
     # The ranks are found while they start up (seconds of imports), so the watch for epoch 2
@@ -239,11 +237,11 @@ def _pids_with(variable: bytes, tasks_only: bool = False) -> dict[int, int]:
 
 @pytest.mark.slow
 def test_a_killed_srun_rank_ends_the_job_with_run_stop_aborted(slurm, tmp_path: Path,
-                                                               sciperf_cmd) -> None:
+                                                               tiny_mini_data) -> None:
     """kill -9 of rank 1 of a 2-rank srun step: srun's --kill-on-bad-exit ends rank 0,
     whose signal watcher leaves run_stop aborted and summary.json; all within 60 s."""
     pytest.importorskip("torch")
-    job_id, out = _submit_two_rank_mini(slurm, tmp_path, sciperf_cmd, "train.max_epochs=50")
+    job_id, out = _submit_two_rank_mini(slurm, tmp_path, tiny_mini_data, "train.max_epochs=50")
     log = out / "result_0.txt"
     _wait_for(lambda: '"epoch_num": 2' in (log.read_text() if log.exists() else ""), 600,
               "epoch 2")
