@@ -187,3 +187,61 @@ def test_bf16_block_pools_in_bf16_with_the_values_of_the_float32_cast():
     ours.backward(g)
     ref.backward(g.float())
     assert torch.equal(a.grad, b.grad)
+
+
+def _reference_forward(model: CosmoFlow, x: torch.Tensor) -> torch.Tensor:
+    """The reference's order with the bias differentiated inside each convolution."""
+    from torch.nn import functional as F  # noqa: N812
+
+    slope = model.spec.leaky_slope
+    for name in model.conv_names:
+        x = F.max_pool3d(F.leaky_relu(getattr(model, name)(x), slope), 2)
+    x = x.permute(0, 2, 3, 4, 1).flatten(1)
+    for name in model.dense_names[:-1]:
+        x = F.leaky_relu(getattr(model, name)(x), slope)
+    return torch.tanh(getattr(model, model.dense_names[-1])(x)) * model.spec.output_scale
+
+
+def _conv_backward_nodes(out: torch.Tensor) -> list:
+    """Every convolution's autograd node reachable from `out`."""
+    seen, stack, found = set(), [out.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__.startswith("ConvolutionBackward"):
+            found.append(node)
+        stack.extend(fn for fn, _ in node.next_functions)
+    return found
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+def test_conv_bias_gradients_come_from_the_pooled_maps_with_the_reference_values(autocast):
+    """Each convolution's backward is not asked for its bias (with AVX2 only, oneDNN's
+    weight-gradient kernel sums the full-size output gradient for it slowly); the pooled
+    gradient's sum gives it. Outputs stay bit-identical, gradients equal the reference's
+    up to summation order — in bf16 the reference's bias gradient is rounded to bf16 (the
+    bias's autocast copy), ours summed in float32."""
+    torch.manual_seed(0)
+    spec = ModelSpec(input_size=16, conv_filters=[4, 8], dense_sizes=[6], dropout=0.0)
+    model = CosmoFlow(spec)
+    for name in model.conv_names:  # non-zero biases, so a lost bias would show
+        torch.nn.init.uniform_(getattr(model, name).bias, -0.5, 0.5)
+    x = torch.randn(3, 4, 16, 16, 16).to(memory_format=torch.channels_last_3d)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ours = model(x)
+    nodes = _conv_backward_nodes(ours)
+    assert len(nodes) == len(spec.conv_filters)
+    assert all(node.next_functions[2][0] is None for node in nodes)  # no bias edge
+    ours.float().square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ref = _reference_forward(model, x)
+    assert torch.equal(ours, ref)
+    ref.float().square().sum().backward()
+    for name, p in model.named_parameters():
+        assert float(p.grad.abs().max()) > 0, name
+        rtol = 1e-2 if autocast and name.endswith("bias") else 1e-5
+        torch.testing.assert_close(grads[name], p.grad, rtol=rtol, atol=1e-6, msg=name)
