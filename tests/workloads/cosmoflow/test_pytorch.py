@@ -195,7 +195,9 @@ def _reference_forward(model: CosmoFlow, x: torch.Tensor) -> torch.Tensor:
 
     slope = model.spec.leaky_slope
     for name in model.conv_names:
-        x = F.max_pool3d(F.leaky_relu(getattr(model, name)(x), slope), 2)
+        conv = getattr(model, name)
+        x = F.max_pool3d(F.leaky_relu(F.conv3d(x, conv.weight, conv.bias, padding="same"),
+                                      slope), 2)
     x = x.permute(0, 2, 3, 4, 1).flatten(1)
     for name in model.dense_names[:-1]:
         x = F.leaky_relu(getattr(model, name)(x), slope)

@@ -33,7 +33,9 @@ class CosmoFlow(nn.Module):
         self.dense_names = [n for n in shapes if n.startswith("dense")]
         for name in self.conv_names:
             k, _, _, cin, cout = shapes[name]
-            self.add_module(name, nn.Conv3d(cin, cout, k, padding="same"))
+            # slope ≥ 0: the block gives the bias its gradient from the pooled map
+            conv = nn.Conv3d if spec.leaky_slope < 0 else _PooledBiasConv3d
+            self.add_module(name, conv(cin, cout, k, padding="same"))
         for name in self.dense_names:
             fin, fout = shapes[name]
             self.add_module(name, nn.Linear(fin, fout))
@@ -55,11 +57,8 @@ class CosmoFlow(nn.Module):
         slope = self.spec.leaky_slope
         for name in self.conv_names:
             conv = getattr(self, name)
-            if slope < 0:  # the reference order: the pooled map does not see every gradient
-                x = conv_block(conv(x), slope)
-            else:
-                x = conv_block(conv._conv_forward(x, conv.weight, conv.bias.detach()), slope,
-                               bias=conv.bias)
+            bias = conv.bias if isinstance(conv, _PooledBiasConv3d) else None
+            x = conv_block(conv(x), slope, bias=bias)
         x = x.permute(0, 2, 3, 4, 1).flatten(1)  # channels-last flatten, as Keras
         for name in self.dense_names[:-1]:
             x = F.leaky_relu(getattr(self, name)(x), slope)
@@ -74,6 +73,16 @@ def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     if torch.amp.is_autocast_available(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
+
+
+class _PooledBiasConv3d(nn.Conv3d):
+    """A Conv3d that adds its bias without differentiating it: its block's pooled map gives
+    the bias its gradient (``_PooledBiasGrad``). Still an ``nn.Conv3d`` called as a module,
+    so forward hooks, weight mapping and FLOP counting see it as one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.detach()
+        return self._conv_forward(x, self.weight, bias)
 
 
 class _PooledBiasGrad(torch.autograd.Function):
