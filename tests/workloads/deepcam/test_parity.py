@@ -27,6 +27,7 @@ from sciperf.workloads.deepcam import synthetic as climate  # noqa: E402
 from sciperf_pytorch.optim import Lamb  # noqa: E402
 from sciperf_pytorch.workloads.deepcam import backend as pt_dc  # noqa: E402
 from sciperf_pytorch.workloads.deepcam import model as pt_model  # noqa: E402
+from sciperf_tensorflow import runtime  # noqa: E402
 from sciperf_tensorflow.optim import AdamFamily  # noqa: E402
 from sciperf_tensorflow.workloads.deepcam import backend as tf_dc  # noqa: E402
 from sciperf_tensorflow.workloads.deepcam import model as tf_model  # noqa: E402
@@ -212,6 +213,72 @@ def test_a_deconvolution_crop_has_a_pad_for_gradient_and_pytorchs_values() -> No
     assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
     assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
     assert_close(gw.numpy(), deconv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+
+
+LAYERS_2D = {
+    "conv 3x3": spec.LayerSpec(name="c", kind="conv", cin=6, cout=5, kernel=3, bias=True),
+    "conv 3x3 stride 2": spec.LayerSpec(name="c", kind="conv", cin=6, cout=5, kernel=3,
+                                        stride=2),
+    "dilated 3x3": spec.LayerSpec(name="c", kind="conv", cin=6, cout=5, kernel=3,
+                                  dilation=6),
+    "deconv": spec.LayerSpec(name="d", kind="deconv", cin=6, cout=5, kernel=3, stride=2),
+}
+
+
+def _torch_layer(layer: spec.LayerSpec, kernel: np.ndarray, bias: np.ndarray | None):
+    """PyTorch's layer of a table entry with the Keras layer's weights (Keras (k, k, in,
+    out) → torch (out, in, k, k); a deconv's (k, k, out, in) → (in, out, k, k))."""
+    k, s, d = layer.kernel, layer.stride, layer.dilation
+    if layer.kind == "deconv":
+        mod = torch.nn.ConvTranspose2d(layer.cin, layer.cout, k, stride=s, padding=1,
+                                       output_padding=1, bias=False)
+    else:
+        mod = torch.nn.Conv2d(layer.cin, layer.cout, k, stride=s, padding=d * (k // 2),
+                              dilation=d, bias=bias is not None)
+    with torch.no_grad():
+        mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))))
+        if bias is not None:
+            mod.bias.copy_(torch.from_numpy(bias))
+    return mod
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("kind", list(LAYERS_2D))
+def test_batch_one_fp32_convolutions_run_forward_as_unit_depth_conv3d(kind: str,
+                                                                      batch: int) -> None:
+    """TensorFlow's oneDNN forward takes a batch-1 float32 2-D convolution's filter in HWIO
+    (an im2col GEMM on AVX2 CPUs, 3× slower than the blocked kernel): at batch 1 the model's
+    convolutions — plain, strided, dilated, and the deconvolution's input gradient — run
+    their forward as a Conv3D over a unit depth, at batch 2 as Conv2D; either way the
+    output and both gradients equal PyTorch's."""
+    if not runtime.onednn():
+        pytest.skip("TensorFlow's oneDNN kernels are off in this process")
+    layer = LAYERS_2D[kind]
+    keras_layer = tf_model.build_layer(layer)
+    x = np.random.default_rng(batch).standard_normal((batch, 7, 10, 6)).astype(np.float32)
+
+    def loss_and_grads(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = keras_layer(tf_model.pad_same(v, layer))
+            if layer.kind == "deconv":
+                y = tf_model.crop_deconv(y)
+            loss = tf.reduce_sum(y * y)
+        return (y, *tape.gradient(loss, [v, keras_layer.kernel]))
+
+    graph = tf.function(loss_and_grads).get_concrete_function(tf.constant(x)).graph
+    types = {op.type for op in graph.get_operations()}
+    assert ("Conv3D" in types) == (batch == 1), types
+    assert ("Conv2D" in types) == (batch == 2), types  # the deconv's: its input gradient
+    y, gx, gw = loss_and_grads(tf.constant(x))
+    bias = keras_layer.bias.numpy() if getattr(keras_layer, "use_bias", False) else None
+    mod = _torch_layer(layer, keras_layer.kernel.numpy(), bias)
+    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
+    yp = mod(xp)
+    (yp * yp).sum().backward()
+    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gw.numpy(), mod.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
 
 
 # --- loss and metric against numpy ------------------------------------------------------------
