@@ -151,6 +151,34 @@ def test_forward_parity(training: bool) -> None:
             assert_close(theirs[name], ours[name], "forward_train", name)
 
 
+def _torch_layer(layer: spec.LayerSpec, kernel: np.ndarray, bias: np.ndarray | None):
+    """PyTorch's layer of a table entry with the Keras layer's weights (Keras (k, k, in,
+    out) → torch (out, in, k, k); a deconv's (k, k, out, in) → (in, out, k, k))."""
+    k, s, d = layer.kernel, layer.stride, layer.dilation
+    if layer.kind == "deconv":
+        mod = torch.nn.ConvTranspose2d(layer.cin, layer.cout, k, stride=s, padding=1,
+                                       output_padding=1, bias=False)
+    else:
+        mod = torch.nn.Conv2d(layer.cin, layer.cout, k, stride=s, padding=d * (k // 2),
+                              dilation=d, bias=bias is not None)
+    with torch.no_grad():
+        mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))))
+        if bias is not None:
+            mod.bias.copy_(torch.from_numpy(bias))
+    return mod
+
+
+def _assert_equals_torch(mod, x: np.ndarray, y, gx, gw) -> None:
+    """A TensorFlow layer's output `y` on NHWC `x` and the gradients of sum(y²) for its
+    input and kernel (Keras layout) equal torch module `mod`'s."""
+    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
+    yp = mod(xp)
+    (yp * yp).sum().backward()
+    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
+    assert_close(gw.numpy(), mod.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+
+
 @pytest.mark.parametrize("rate", [6, 18])
 def test_a_dilated_convolution_is_one_kernel_with_pytorchs_values_and_gradients(rate) -> None:
     """The ASPP's dilated convolutions run as one Conv2D (no SpaceToBatchND around an
@@ -169,17 +197,8 @@ def test_a_dilated_convolution_is_one_kernel_with_pytorchs_values_and_gradients(
         y = keras_layer(xt)
         loss = tf.reduce_sum(y * y)
     gx, gw = tape.gradient(loss, [xt, keras_layer.kernel])
-    conv = torch.nn.Conv2d(6, 5, 3, padding=rate, dilation=rate, bias=layer.bias)
-    with torch.no_grad():
-        conv.weight.copy_(torch.from_numpy(keras_layer.kernel.numpy().transpose(3, 2, 0, 1)))
-        if layer.bias:
-            conv.bias.copy_(torch.from_numpy(keras_layer.bias.numpy()))
-    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
-    yp = conv(xp)
-    (yp * yp).sum().backward()
-    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gw.numpy(), conv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+    bias = keras_layer.bias.numpy() if layer.bias else None
+    _assert_equals_torch(_torch_layer(layer, keras_layer.kernel.numpy(), bias), x, y, gx, gw)
 
 
 def test_a_deconvolution_crop_has_a_pad_for_gradient_and_pytorchs_values() -> None:
@@ -202,17 +221,8 @@ def test_a_deconvolution_crop_has_a_pad_for_gradient_and_pytorchs_values() -> No
     ops = {op.type for op in graph.get_operations()}
     assert "Pad" in ops and not ops & {"StridedSlice", "StridedSliceGrad"}, ops
     y, gx, gw = loss_and_grads(tf.constant(x))
-    deconv = torch.nn.ConvTranspose2d(6, 5, 3, stride=2, padding=1, output_padding=1,
-                                      bias=False)
-    with torch.no_grad():  # Keras (k, k, out, in) → torch (in, out, k, k)
-        deconv.weight.copy_(torch.from_numpy(keras_layer.kernel.numpy().transpose(3, 2, 0, 1)))
-    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
-    yp = deconv(xp)
-    (yp * yp).sum().backward()
     assert tuple(y.shape) == (2, 12, 18, 5)
-    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gw.numpy(), deconv.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+    _assert_equals_torch(_torch_layer(layer, keras_layer.kernel.numpy(), None), x, y, gx, gw)
 
 
 LAYERS_2D = {
@@ -223,23 +233,6 @@ LAYERS_2D = {
                                   dilation=6),
     "deconv": spec.LayerSpec(name="d", kind="deconv", cin=6, cout=5, kernel=3, stride=2),
 }
-
-
-def _torch_layer(layer: spec.LayerSpec, kernel: np.ndarray, bias: np.ndarray | None):
-    """PyTorch's layer of a table entry with the Keras layer's weights (Keras (k, k, in,
-    out) → torch (out, in, k, k); a deconv's (k, k, out, in) → (in, out, k, k))."""
-    k, s, d = layer.kernel, layer.stride, layer.dilation
-    if layer.kind == "deconv":
-        mod = torch.nn.ConvTranspose2d(layer.cin, layer.cout, k, stride=s, padding=1,
-                                       output_padding=1, bias=False)
-    else:
-        mod = torch.nn.Conv2d(layer.cin, layer.cout, k, stride=s, padding=d * (k // 2),
-                              dilation=d, bias=bias is not None)
-    with torch.no_grad():
-        mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))))
-        if bias is not None:
-            mod.bias.copy_(torch.from_numpy(bias))
-    return mod
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -271,14 +264,8 @@ def test_batch_one_fp32_convolutions_run_forward_as_unit_depth_conv3d(kind: str,
     assert ("Conv3D" in types) == (batch == 1), types
     assert ("Conv2D" in types) == (batch == 2), types  # the deconv's: its input gradient
     y, gx, gw = loss_and_grads(tf.constant(x))
-    bias = keras_layer.bias.numpy() if getattr(keras_layer, "use_bias", False) else None
-    mod = _torch_layer(layer, keras_layer.kernel.numpy(), bias)
-    xp = torch.from_numpy(x).permute(0, 3, 1, 2).requires_grad_()
-    yp = mod(xp)
-    (yp * yp).sum().backward()
-    assert_close(y.numpy(), yp.detach().permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gx.numpy(), xp.grad.permute(0, 2, 3, 1).numpy(), "forward_eval")
-    assert_close(gw.numpy(), mod.weight.grad.numpy().transpose(2, 3, 1, 0), "forward_eval")
+    bias = keras_layer.bias.numpy() if layer.bias else None
+    _assert_equals_torch(_torch_layer(layer, keras_layer.kernel.numpy(), bias), x, y, gx, gw)
 
 
 # --- loss and metric against numpy ------------------------------------------------------------
