@@ -42,7 +42,7 @@ import numpy as np
 
 from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import residue_constants as rc
-from sciperf.workloads.openfold.layout import ChainAtoms, DictsEntry
+from sciperf.workloads.openfold.layout.dicts import ChainAtoms, DictsEntry
 
 RELEASE_DATE_KEY = "_pdbx_audit_revision_history.revision_date"
 # In this order; the first key present decides (REF _get_resolution).
@@ -77,7 +77,7 @@ def read_mmcif(path: str | Path, *, default_release_date: str | None = None) -> 
 
 def parse_mmcif(text: str, source: str = "<mmcif>", *,
                 default_release_date: str | None = None) -> DictsEntry:
-    """The ``dicts`` entry of an mmCIF text (atoms as arrays; :mod:`.layout` compresses)."""
+    """The ``dicts`` entry of an mmCIF text (atoms as arrays; :mod:`.layout.dicts` compresses)."""
     from Bio.PDB import MMCIF2Dict, MMCIFParser
 
     parser = MMCIFParser(QUIET=True)

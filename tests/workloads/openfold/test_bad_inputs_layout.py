@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from sciperf.workloads.openfold import layout
+from sciperf.workloads.openfold.layout import dicts
 
 
 def _row(pdb_id: str, date: str) -> layout.ChainRow:
@@ -73,4 +74,4 @@ def test_a_dicts_value_of_the_wrong_type_names_the_file_and_entry(
 
 
 def test_every_entry_key_has_a_type_check() -> None:
-    assert set(layout._ENTRY_TYPES) == layout._ENTRY_KEYS
+    assert set(dicts._ENTRY_TYPES) == dicts._ENTRY_KEYS
