@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.errors import SciperfError
+from sciperf.results.tree import RESULT_GLOB, result_index
 
 TOKEN = ":::MLLOG "
 METRIC_KEYS = ("eval_error", "eval_accuracy")  # MLPerf HPC quality keys (lower / higher better)
-RESULT_GLOB = "result_*.txt"
-MODES = ("strong", "weak")
 
 
 @dataclass(frozen=True)
@@ -228,11 +227,6 @@ def parse_log(path: str | Path) -> RunLog:
     return RunLog(path, events, bad)
 
 
-def _result_index(path: Path) -> tuple[int, str]:
-    tail = path.stem.split("_", 1)[-1]
-    return (int(tail), path.name) if tail.isdigit() else (1 << 30, path.name)
-
-
 def find_logs(targets: list[str | Path]) -> list[Path]:
     """Result files named, or found (recursively) under the directories named, in a stable
     order (directory, then result index). Each target must exist and yield a file."""
@@ -246,30 +240,12 @@ def find_logs(targets: list[str | Path]) -> list[Path]:
             continue
         if not path.is_dir():
             raise SciperfError(f"no such file or directory: {path}")
-        files = sorted(path.rglob(RESULT_GLOB), key=lambda p: (str(p.parent), _result_index(p)))
+        files = sorted(path.rglob(RESULT_GLOB), key=lambda p: (str(p.parent), result_index(p)))
         if not files:
             raise SciperfError(f"no {RESULT_GLOB} MLLOG files under {path}")
         found.extend(files)
     unique = list(dict.fromkeys(p.resolve() for p in found))
     return unique
-
-
-@dataclass(frozen=True)
-class TreePlace:
-    """Where a file sits in a submission tree: <org>/results/<system>/<mode>/<benchmark>/."""
-
-    org_dir: Path
-    system: str
-    mode: str
-    benchmark: str
-
-
-def tree_place(path: Path) -> TreePlace | None:
-    """The submission-tree coordinates of a result file, None outside such a tree."""
-    parts = path.resolve().parts
-    if len(parts) >= 6 and parts[-5] == "results" and parts[-3] in MODES:
-        return TreePlace(Path(*parts[:-5]), parts[-4], parts[-3], parts[-2])
-    return None
 
 
 def quality_target(benchmark: str) -> tuple[str, float, bool] | None:

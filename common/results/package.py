@@ -26,6 +26,7 @@ from typing import Any
 
 from sciperf.data.layout import aside_dir, check_output_dir, new_parents
 from sciperf.errors import SciperfError
+from sciperf.results import tree
 from sciperf.results.logs import parse_log
 from sciperf.results.score import required_runs
 from sciperf.results.summary import PACKAGE, read_summary
@@ -63,7 +64,7 @@ class RunDir:
 
     @property
     def mode(self) -> str:
-        return "weak" if int(self.first.get("instances") or 1) > 1 else "strong"
+        return tree.WEAK if int(self.first.get("instances") or 1) > 1 else tree.STRONG
 
     @property
     def benchmark(self) -> str:
@@ -182,15 +183,29 @@ def _distinct(targets: list[str]) -> list[str]:
 
 def plan(runs: list[RunDir]) -> dict[tuple[str, str], list[Path]]:
     """(mode, benchmark) → the result logs in submission order."""
-    tree: dict[tuple[str, str], list[Path]] = {}
+    planned: dict[tuple[str, str], list[Path]] = {}
     for run in runs:
         key = (run.mode, run.benchmark)
         required_runs(run.benchmark)  # an unknown benchmark is an error here, not later
-        if run.mode == "weak" and key in tree:
+        if run.mode == tree.WEAK and key in planned:
             raise SciperfError(f"{run.path}: a second throughput job of {run.benchmark}; a "
                                "submission holds one weak-scaling set per benchmark")
-        tree.setdefault(key, []).extend(run.logs)
-    return tree
+        planned.setdefault(key, []).extend(run.logs)
+    return planned
+
+
+def write_tree(org: Path, system: str, layout: dict[tuple[str, str], list[Path]],
+               desc: dict[str, Any]) -> None:
+    """The logs of `layout` (plan's) as `system`'s results under the organisation folder
+    `org`, numbered in submission order, and the system description beside them."""
+    for (mode, benchmark), logs in layout.items():
+        folder = tree.result_dir(org, system, mode, benchmark)
+        folder.mkdir(parents=True)
+        for i, log in enumerate(logs):
+            shutil.copy2(log, folder / tree.result_name(i))
+    description = tree.system_json(org, system)
+    description.parent.mkdir()
+    description.write_text(json.dumps(desc, indent=2) + "\n")
 
 
 def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
@@ -199,7 +214,7 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
         raise SciperfError("usage: sciperf package RUN_DIR [...] --system NAME [--out DIR]")
     if not system:
         raise SciperfError("--system NAME is required: the system the runs were made on "
-                           "(results/<system>/…, systems/<system>.json)")
+                           f"({tree.OUTLINE})")
     if not NAME_RE.match(system):
         raise SciperfError(f"--system {system} is not a valid system name "
                            "(letters, digits, '.', '_', '+', '-')")
@@ -213,13 +228,7 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     with new_parents(dest):
         tmp = aside_dir(dest)
         try:
-            for (mode, benchmark), logs in layout.items():
-                folder = tmp / "results" / system / mode / benchmark
-                folder.mkdir(parents=True)
-                for i, log in enumerate(logs):
-                    shutil.copy2(log, folder / f"result_{i}.txt")
-            (tmp / "systems").mkdir()
-            (tmp / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
+            write_tree(tmp, system, layout, desc)
             os.rename(tmp, dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

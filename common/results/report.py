@@ -27,10 +27,11 @@ from typing import Any
 
 from sciperf.data.layout import aside_dir, check_output_dir, new_parents
 from sciperf.errors import SciperfError
-from sciperf.results.logs import RunLog, find_logs, quality_target, tree_place
+from sciperf.results.logs import RunLog, find_logs, quality_target
 from sciperf.results.mllog import RULESET
 from sciperf.results.score import Group, Run, Score, group_runs, load_runs, score_group, score_line
 from sciperf.results.summary import summary_beside
+from sciperf.results.tree import tree_place
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf")

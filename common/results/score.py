@@ -21,11 +21,8 @@ Throughput (weak): TTTa = latest run_stop − earliest run_start over the conver
 instances, in minutes, and models per minute. The rules' run counts (cosmoflow 10,
 deepcam 5, oc20 5, openfold 10) come from mlperf-logging itself.
 
-Inside a submission tree only what the summarizer reads is scored: the folders of
-`results/` whose `systems/<system>.json` exists, their `strong/` and `weak/`, the benchmark
-folders there and, in each, `result_*.txt` (and `scaling.json`). Anything else — a stray
-sub-folder such as `pruned_results/`, a README, a description without results — is named in
-one "skipped" line instead of becoming a group of its own.
+Which files of a submission tree are scored is the summarizer's folder rules, applied by
+`sciperf.results.tree.select`; what they leave out is named in "skipped" lines.
 """
 
 from __future__ import annotations
@@ -42,17 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.errors import SciperfError
-from sciperf.results.logs import (
-    MODES,
-    RESULT_GLOB,
-    RunLog,
-    _result_index,
-    parse_log,
-    tree_place,
-)
+from sciperf.results.logs import RunLog, parse_log
 from sciperf.results.mllog import RULESET
 from sciperf.results.summary import summary_beside
 from sciperf.results.throughput import models_per_minute, tta_minutes
+from sciperf.results.tree import SCALING, STRONG, WEAK, Selection, select, tree_place
 
 MAX_DROPPED = 1  # olympic scoring: one non-converged run may be the dropped slowest
 
@@ -155,7 +146,7 @@ def olympic_mean(minutes: list[float], dropped: int) -> float | None:
 
 def scaling_factor(folder: Path | None) -> float:
     """A review committee's `scaling.json` factor for a result folder (1.0 without one)."""
-    file = folder / "scaling.json" if folder else None
+    file = folder / SCALING if folder else None
     if file is None or not file.is_file():
         return 1.0
     try:
@@ -203,8 +194,8 @@ def group_scaling(group: Group, ruleset: str = RULESET) -> tuple[float, str | No
     """(factor, its source, RCP verdict): a committee's scaling.json wins over the RCP factor."""
     rcp, rcp_factor = rcp_review(group, ruleset)
     committee = scaling_factor(group.folder)
-    if group.folder is not None and (group.folder / "scaling.json").is_file():
-        return committee, "scaling.json", rcp
+    if group.folder is not None and (group.folder / SCALING).is_file():
+        return committee, SCALING, rcp
     return rcp_factor, ("rcp" if rcp_factor != 1.0 else None), rcp
 
 
@@ -277,8 +268,8 @@ def _our_mode(run: Run, folder_instances: dict[Path, set[int]]) -> str:
     logs are one per instance (`instance` / `instance_id` 0…N−1), whereas the strong runs
     of one folder all carry the same index or none (NVIDIA's strong logs say instance 0)."""
     if run.summary is not None:
-        return "weak" if int(run.summary.get("instances") or 1) > 1 else "strong"
-    return "weak" if len(folder_instances.get(run.path.parent, set())) > 1 else "strong"
+        return WEAK if int(run.summary.get("instances") or 1) > 1 else STRONG
+    return WEAK if len(folder_instances.get(run.path.parent, set())) > 1 else STRONG
 
 
 def _instances_by_folder(runs: Sequence[Run]) -> dict[Path, set[int]]:
@@ -302,235 +293,9 @@ def _group_key(run: Run, folder_instances: dict[Path, set[int]]) -> tuple[Any, .
     framework = (run.summary or {}).get("framework")
     ranks = (run.summary or {}).get("world_size") or log.ranks
     mode = _our_mode(run, folder_instances)
-    folder = run.path.parent if mode == "weak" else None
+    folder = run.path.parent if mode == WEAK else None
     return (log.org, log.platform or "unknown-platform", framework, ranks, log.benchmark, mode,
             folder)
-
-
-# --- which files are scored: the summarizer's folder rules ------------------------------------
-
-RESULTS, SYSTEMS, SCALING = "results", "systems", "scaling.json"
-LAYOUT = "results/<system>/{strong,weak}/<benchmark>/result_*.txt"
-ORG, RESULTS_DIR, SYSTEM, MODE, BENCHMARK, BELOW = range(6)  # depths in a submission tree
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """Something under a scored folder that the summarizer does not score, and why: named
-    once, so a stray folder neither becomes a group of its own nor vanishes silently."""
-
-    path: Path
-    why: str
-
-    def line(self) -> str:
-        return f"skipped {self.path}: {self.why}"
-
-
-@dataclass
-class Selection:
-    """The result files the folder rules keep, and the lines about what they leave out."""
-
-    files: list[Path] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def skip(self, path: Path, why: str) -> None:
-        self.skipped.append(Skipped(path, why))
-
-    def lines(self) -> list[str]:
-        """One line per skipped thing (first mention of a path wins), then the notes."""
-        seen: dict[Path, Skipped] = {}
-        for item in self.skipped:
-            seen.setdefault(item.path.resolve(), item)
-        return [s.line() for s in seen.values()] + list(dict.fromkeys(self.notes))
-
-
-def _not_layout(detail: str) -> str:
-    return f"outside the summarizer's layout ({detail})"
-
-
-def _entries(folder: Path) -> list[Path]:
-    """A folder's entries by name, the order the summarizer lists them in."""
-    try:
-        return sorted(folder.iterdir())
-    except OSError as exc:
-        raise SciperfError(f"cannot list {folder}: {exc.strerror or exc}") from None
-
-
-def _is_tree_results(folder: Path) -> bool:
-    """Whether `folder` is the results/ of a submission tree: beside a systems/ folder, or
-    holding <system>/strong|weak/ — our own run directories may sit in a results/ too."""
-    if folder.name != RESULTS or not folder.is_dir():
-        return False
-    if (folder.parent / SYSTEMS).is_dir():
-        return True
-    return any((system / mode).is_dir() for system in _entries(folder) for mode in MODES)
-
-
-def _tree_depth(folder: Path) -> int | None:
-    """Where a folder sits in a submission tree (ORG … BENCHMARK, BELOW for anything inside
-    a benchmark folder), None outside any tree: a target may be any folder of a tree."""
-    real = folder.resolve()
-    if _is_tree_results(real / RESULTS):
-        return ORG
-    chain = [real, *real.parents]
-    for index, top in enumerate(chain):
-        depth = index + RESULTS_DIR
-        mode_ok = depth < MODE or chain[depth - MODE].name in MODES
-        if top.name == RESULTS and mode_ok and _is_tree_results(top):
-            return min(depth, BELOW)
-    return None
-
-
-def _walk_generic(folder: Path, sel: Selection) -> None:
-    """Outside a submission tree (our run directories) every result_*.txt below counts;
-    a submitter's folder met on the way is read by the summarizer's rules."""
-    if _is_tree_results(folder / RESULTS):
-        _walk_org(folder, sel)
-        return
-    for entry in _entries(folder):
-        if entry.is_dir() and not entry.is_symlink():
-            _walk_generic(entry, sel)
-        elif entry.is_file() and entry.match(RESULT_GLOB):
-            sel.files.append(entry)
-
-
-def _walk_org(org: Path, sel: Selection) -> None:
-    """A submitter's folder: the summarizer reads its results/ and systems/ only."""
-    for entry in _entries(org):
-        if entry.name == RESULTS and entry.is_dir():
-            _walk_results(entry, sel)
-        elif entry.name == SYSTEMS and entry.is_dir():
-            _walk_systems(entry, sel)
-        else:
-            sel.skip(entry, _not_layout("a submitter's folder is read only for results/ "
-                                        "and systems/"))
-
-
-def _walk_systems(systems: Path, sel: Selection) -> None:
-    """Descriptions are read for the systems found in results/; any other file scores nothing."""
-    results = systems.resolve().parent / RESULTS  # resolved: a target may be "."
-    for entry in _entries(systems):
-        if entry.suffix != ".json" or not entry.is_file():
-            sel.skip(entry, "not a system description (systems/<system>.json)")
-        elif not (results / entry.stem).is_dir():
-            sel.skip(entry, f"no results/{entry.stem}/ folder: a system description without "
-                            "results scores nothing")
-
-
-def _walk_results(results: Path, sel: Selection) -> None:
-    """Each folder of results/ is a system; a file there is nobody's result."""
-    for entry in _entries(results):
-        if entry.is_dir():
-            _walk_system(entry, sel)
-        else:
-            sel.skip(entry, _not_layout("results/ is read only for its system folders"))
-
-
-def _description_problem(system: Path, sel: Selection) -> str | None:
-    """Why the summarizer passes over a system ('ERROR: Missing systems/<system>.json'),
-    None when it reads it. A bare results/ without any systems/ (hand-made or test trees)
-    is still scored by its folders, with a note, as sciperf always did."""
-    real = system.resolve()  # a target may be "."
-    systems = real.parent.parent / SYSTEMS
-    if not systems.is_dir():
-        sel.notes.append(f"note: {systems.parent} has no systems/ folder: the summarizer "
-                         "would skip its systems; scored by the folder layout alone")
-        return None
-    if not (systems / f"{real.name}.json").exists():
-        return (f"no systems/{real.name}.json: the summarizer skips a system without "
-                "its description")
-    return None
-
-
-def _walk_system(system: Path, sel: Selection) -> None:
-    """A system folder: its strong/ and weak/ are read, when its description exists."""
-    problem = _description_problem(system, sel)
-    if problem:
-        sel.skip(system, problem)
-        return
-    for entry in _entries(system):
-        if entry.name in MODES and entry.is_dir():
-            _walk_mode(entry, sel)
-        else:
-            sel.skip(entry, _not_layout("a system folder is read only for strong/ and weak/"))
-
-
-def _walk_mode(mode: Path, sel: Selection) -> None:
-    """strong/ or weak/: every sub-folder is a benchmark folder, files are ignored."""
-    for entry in _entries(mode):
-        if entry.is_dir():
-            _walk_benchmark(entry, sel)
-        else:
-            sel.skip(entry, _not_layout(f"{mode.resolve().name}/ is read only for its "
-                                        "benchmark folders"))
-
-
-def _walk_benchmark(bench: Path, sel: Selection) -> None:
-    """A benchmark folder: its own result_*.txt are the runs (the summarizer's glob does not
-    descend) and scaling.json its factor; sub-folders and other files are not read."""
-    for entry in _entries(bench):
-        if entry.is_file() and entry.match(RESULT_GLOB):
-            sel.files.append(entry)
-        elif entry.name != SCALING or not entry.is_file():
-            sel.skip(entry, _not_layout("a benchmark folder is read only for its own "
-                                        "result_*.txt and scaling.json"))
-
-
-WALKERS = {ORG: _walk_org, RESULTS_DIR: _walk_results, SYSTEM: _walk_system, MODE: _walk_mode,
-           BENCHMARK: _walk_benchmark}
-
-
-def _select_folder(folder: Path, sel: Selection) -> None:
-    """A folder target, read by the rules of the level it sits at in its tree (if any)."""
-    depth = _tree_depth(folder)
-    if depth is None:
-        _walk_generic(folder, sel)
-    elif depth == BELOW:
-        sel.skip(folder, _not_layout(f"inside a benchmark folder; it reads {LAYOUT}"))
-    else:
-        WALKERS[depth](folder, sel)
-
-
-def _select_file(path: Path, sel: Selection) -> None:
-    """A file target: scored as named, unless a tree's rules say the summarizer ignores it."""
-    depth = _tree_depth(path.parent)
-    if depth is None or (depth == BENCHMARK and path.match(RESULT_GLOB)):
-        sel.files.append(path)
-    else:
-        sel.skip(path, _not_layout(f"it reads {LAYOUT}"))
-
-
-def select(targets: Sequence[str | Path]) -> Selection:
-    """The result files under `targets` that the summarizer would score (stable order:
-    folder, then result index), and what it would skip. A target yielding no result file
-    is a user error."""
-    if not targets:
-        raise SciperfError("name at least one result file or directory")
-    sel = Selection()
-    for target in targets:
-        path, part = Path(target), Selection()
-        if path.is_file():
-            _select_file(path, part)
-        elif path.is_dir():
-            _select_folder(path, part)
-        else:
-            raise SciperfError(f"no such file or directory: {path}")
-        if not part.files:
-            raise SciperfError(_nothing_under(path, part))
-        sel.files += sorted(part.files, key=lambda p: (str(p.parent), _result_index(p)))
-        sel.skipped += part.skipped
-        sel.notes += part.notes
-    sel.files = list(dict.fromkeys(p.resolve() for p in sel.files))
-    return sel
-
-
-def _nothing_under(path: Path, part: Selection) -> str:
-    """The one-line error for a target that gives nothing to score, with the first reason."""
-    if path.is_file():
-        return f"{path} is not scored: {part.skipped[0].why}"
-    why = f" that the summarizer scores: {part.skipped[0].line()}" if part.skipped else ""
-    return f"no {RESULT_GLOB} MLLOG files under {path}{why}"
 
 
 def load_runs(targets: Sequence[str | Path], ruleset: str = RULESET) -> list[Run]:
@@ -567,7 +332,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 def score_group(group: Group, ruleset: str = RULESET) -> Score:
     """The group's score by the rules of `ruleset` (its RCPs for closed strong groups)."""
-    return score_weak(group) if group.mode == "weak" else score_strong(group, ruleset)
+    return score_weak(group) if group.mode == WEAK else score_strong(group, ruleset)
 
 
 class Scores(list[Score]):
@@ -599,7 +364,7 @@ def score_line(s: Score) -> str:
     """The figure of a score in words."""
     if s.minutes is None:
         return "-"
-    if s.group.mode == "weak":
+    if s.group.mode == WEAK:
         return (f"{s.number_of_models} models in {_fmt(s.minutes)} min = "
                 f"{_fmt(s.models_per_minute)} models/min (instance scale "
                 f"{s.instance_scale if s.instance_scale is not None else '-'})")
