@@ -31,8 +31,9 @@ from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
 from sciperf.config import config_hash, to_container
 from sciperf.data.layout import check_output_dir
-from sciperf.data.sharding import check_divisibility, check_uneven, local_batch_size, shard
-from sciperf.data.staging import StageReport, rank_share, stage_files, stage_root, staged_path
+from sciperf.data.plan import RankFiles
+from sciperf.data.sharding import local_batch_size
+from sciperf.data.staging import StageReport, stage_files, stage_root, staged_path
 from sciperf.distributed import (
     RankInfo,
     discover,
@@ -92,49 +93,17 @@ class RunState:
     malloc: str = ""  # the host allocator's mode in force (sciperf.allocator)
 
 
-@dataclass(frozen=True)
-class FilePlan:
-    """This rank's files, its batch, and the dataset sizes the MLLOG header reports."""
-
-    train: list[Path]
-    evals: list[Path]
-    local_batch: int
-    train_samples: int  # the whole training set (every rank's share together)
-    eval_samples: int
-
-
-def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> FilePlan:
-    """This rank's train/eval files and local batch, after the workload's sharding checks.
-
-    Unstaged: the strided shard `rank` of `world` of the shared files. Staged: the node's
-    strided share, then the local rank's (docs/architecture.md, "Staging") — the files this
-    rank stages. With ``sharding="uneven"`` every rank keeps ⌊n/world⌋ training files, so
-    all run the same number of steps, and validation shards may differ by one file.
-    """
-    world = info.world
-    local_batch = local_batch_size(cfg.train.global_batch_size, world)
+def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> RankFiles:
+    """This rank's train/eval files and local batch, after the workload's plan checked the
+    counts (``Workload.plan``: which files a rank reads, staged or not)."""
+    local_batch = local_batch_size(cfg.train.global_batch_size, info.world)
     listing = workload.dataset.list_samples
     train = listing(cfg.data.dir, "train", cfg.data.format, cfg.data.train_samples)
     evals = listing(cfg.data.dir, "validation", cfg.data.format, cfg.data.eval_samples)
-    uneven = workload.sharding == "uneven"
-    sampled = workload.sharding == "sampled"
-    if uneven or sampled:
-        check_uneven(len(train), 1 if sampled else world, 1 if sampled else local_batch,
-                     "data.train_samples", full_batches=True)
-        check_uneven(len(evals), world, local_batch, "data.eval_samples", full_batches=False)
-    else:
-        check_divisibility(len(train), world, local_batch, "data.train_samples")
-        check_divisibility(len(evals), world, local_batch, "data.eval_samples")
-    if cfg.data.stage_dir:
-        share = (info.node, info.nodes, info.local_rank, info.local_size)
-        mine_train, mine_eval = rank_share(train, *share), rank_share(evals, *share)
-    else:
-        mine_train, mine_eval = shard(train, info.rank, world), shard(evals, info.rank, world)
-    if uneven:  # every share holds at least ⌊n/world⌋ files; the rest is not trained on
-        mine_train = mine_train[:len(train) // world]
-    if sampled:  # every rank draws from every training sample (Dataset.draw)
-        mine_train = list(train)
-    return FilePlan(mine_train, mine_eval, local_batch, len(train), len(evals))
+    workload.plan.check(len(train), len(evals), info.world, local_batch)
+    mine_train, mine_eval = workload.plan.rank_files(train, evals, info,
+                                                     staged=bool(cfg.data.stage_dir))
+    return RankFiles(mine_train, mine_eval, local_batch, len(train), len(evals))
 
 
 def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
@@ -148,11 +117,9 @@ def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
     root = stage_root(cfg.data.stage_dir, src, cfg.workload,
                       info.instance if info.instances > 1 else None)
     # records of one container (OC20) name the same file: each file is copied once
-    sources = list(dict.fromkeys(f for group in files for p in group
-                                 for f in sample_files(p, cfg.data.format)))
-    if workload.sharding == "sampled":  # every rank reads every file: the node's ranks
-        # split the copying (setup's barrier precedes the first read)
-        sources = shard(sources, info.local_rank, info.local_size)
+    train, evals = (list(dict.fromkeys(f for p in group for f in sample_files(p, cfg.data.format)))
+                    for group in files)
+    sources = workload.plan.stage_sources(train, evals, info)
     mll.start("staging_start")
     report = stage_files(sources, src, root, workers=int(cfg.data.stage_workers),
                          verify=cfg.data.stage_verify, progress=info.rank == 0)
@@ -271,7 +238,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
 
 
 def _run(cfg: Any, info: RankInfo, workload: Workload, mll: MLLogger, state: RunState,
-         out: Path, plan: FilePlan) -> None:
+         out: Path, plan: RankFiles) -> None:
     """Header, staging, setup, run_start, the epochs (state.backend/run_start set as they
     come, so the closing records of an abort say how far the run got)."""
     backend = state.backend

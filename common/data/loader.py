@@ -43,14 +43,6 @@ def shuffle_seed(seed: int, rank: int) -> int:
     return int(seed) + 1000 * int(rank)
 
 
-def remainders(sharding: str) -> tuple[str, str]:
-    """(training, validation) rule for a last partial batch under a workload's sharding:
-    ``strict`` — batches divide exactly (`error`); ``uneven`` — training drops it (every rank
-    steps together), validation keeps it (every sample evaluated once); ``sampled`` —
-    training draws whole batches, validation as ``uneven``."""
-    return ("drop", "keep") if sharding in ("uneven", "sampled") else ("error", "error")
-
-
 REMAINDERS = ("error", "drop", "keep")
 
 
@@ -77,7 +69,7 @@ class BatchLoader:
                  remainder: str = "error", collate: CollateFn = stack,
                  draw: Callable[[int], Sequence[Any]] | None = None, draws: int = 0):
         # `draw(epoch)`: the epoch's `draws` items instead of the shuffled files (training
-        # that samples with replacement: the workload's Dataset.draw)
+        # that samples with replacement: the workload's DataPlan.draws)
         self.draw = draw
         self.sizes = batch_sizes(draws if draw is not None else len(files), batch_size,
                                  remainder)

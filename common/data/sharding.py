@@ -1,6 +1,6 @@
 """Which files a rank reads, and the reference's divisibility rules, checked up front.
 
-Two rules, named by a workload's ``Workload.sharding``: ``strict`` — every sample count
+Two rules, the data plans' (``sciperf.data.plan``): ``strict`` — every sample count
 divides into ranks × local batch; ``uneven`` — training drops what does not fill a batch on
 every rank, validation evaluates every sample once on shards that differ by at most one."""
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
 from sciperf.config import PRECISIONS, compose
 from sciperf.data.layout import check_output_dir
-from sciperf.data.loader import BatchLoader, remainders
+from sciperf.data.loader import BatchLoader
 from sciperf.data.staging import stage_files
 from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError
@@ -75,9 +76,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     n_eval = max(n // 2, 1)
     fmt = cases.format
     folder = cases.dataset(root, workload.model_spec(base), fmt, n)
-    # a workload that draws its samples (sharding "sampled") trains n/gbs steps an epoch
-    # here, as an epoch over n samples would
-    epoch = [f"train.val_every_iters={n // gbs}"] if workload.sharding == "sampled" else []
+    epoch = workload.plan.epoch_overrides(n, gbs)  # an epoch of n samples in batches of gbs
     cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
                    f"data.format={fmt}", f"data.train_samples={n}",
                    f"data.eval_samples={n_eval}", f"train.global_batch_size={gbs}",
@@ -274,11 +273,11 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
     cases, model = _cases(workload), _input_model(workload, sizes)
     folder = cases.dataset(root, model, fmt, n)
     files = workload.dataset.list_samples(folder, "train", fmt, n)
-    items: list[Any] = files
-    if workload.dataset.draw is not None:  # training items as the sampler draws them
-        cfg = compose([f"workload={workload.name}", "train.global_batch_size=1",
-                       f"train.val_every_iters={n}"])
-        items = workload.dataset.draw(files, cfg, 0, 0, 1, n)
+    items: Sequence[Any] = files
+    cfg = compose([f"workload={workload.name}", "train.global_batch_size=1",
+                   *workload.plan.epoch_overrides(n, 1)])
+    if (drawn := workload.plan.draws(files, cfg, 0, 1, 1)) is not None:
+        items = drawn.items(0)  # training items as the workload's sampler draws them
     used = usable_workers(workers, len(items), batch)
     loader = BatchLoader(items, workload.dataset.reader(folder, fmt, model), batch_size=batch,
                          workers=used, prefetch=INPUT_PREFETCH, remainder="keep",
@@ -707,8 +706,7 @@ def _check_sizes(plan: Plan) -> None:
     (where the validation loader takes whole batches) of the validation half, and at
     least one batch (`bench.samples=2 bench.batch=4` wrote a row of zeros; 20 in batches
     of 8 was a child's traceback)."""
-    cases, workload = _cases(plan.workload), plan.workload
-    _, eval_rule = remainders(workload.sharding)
+    cases, data_plan = _cases(plan.workload), plan.workload.plan
     for experiment in plan.experiments:
         n, gbs, _ = (dict(zip(("samples", "batch", "epochs"), cases.train[experiment],
                               strict=True)) | plan.shape).values()
@@ -720,8 +718,8 @@ def _check_sizes(plan: Plan) -> None:
         if n % gbs:
             raise SciperfError(f"{what}: {n} samples do not divide into batches of {gbs} "
                                "(a training row takes whole batches)")
-        eval_batch = workload.dataset.eval_batch or gbs
-        if eval_rule == "error" and max(n // 2, 1) % eval_batch:
+        eval_batch = data_plan.eval_batch(gbs)
+        if data_plan.eval_remainder == "error" and max(n // 2, 1) % eval_batch:
             raise SciperfError(f"{what}: the {max(n // 2, 1)} validation samples (half) do "
                                f"not divide into batches of {eval_batch} ({plan.name} takes "
                                f"whole batches); use a multiple of {2 * eval_batch} samples")

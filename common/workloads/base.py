@@ -10,7 +10,7 @@ workload contract").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from sciperf.data.loader import CollateFn, stack
+from sciperf.data.plan import DataPlan
 
-SHARDING = ("strict", "uneven", "sampled")
 HOT_OPS = ("conv3d", "conv2d", "matmul")  # what the frameworks' precision probes time
 
 
@@ -55,13 +55,6 @@ class Dataset:
     prepare: Mapping[str, Callable[[Any, bool], None]]
     payload_bytes: Callable[[Any], int]
     collate: CollateFn = stack
-    # ``sampled`` sharding (training draws samples with replacement, not epochs over a
-    # shard: OpenFold): (every training sample, cfg, epoch, rank, world, count) → this
-    # rank's `count` items of 0-indexed `epoch`, what the reader is given
-    draw: Callable[[Sequence[Path], Any, int, int, int, int], list[Any]] | None = None
-    # samples per validation batch when it cannot be the training's local batch
-    # (variable-length samples evaluated one at a time: OpenFold); None: the local batch
-    eval_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,9 +167,10 @@ class Workload:
     train: type  # TrainSpec
     data: type  # DataSpec
     dataset: Dataset
-    sharding: str  # strict: counts divide by ranks × local batch; uneven: the reference's rule
+    # which samples each rank trains and evaluates, epoch by epoch; steps per epoch and
+    # MLLOG's epoch unit (sciperf.data.plan: StrictPlan, UnevenPlan, SampledPlan)
+    plan: DataPlan
     lr_for_step: Callable[[Any, int, int], float]  # (cfg, step, steps per epoch) → LR
-    steps_per_epoch: Callable[[Any], int]  # optimizer steps per epoch of the configured set
     per_step_lr: bool
     mllog_hyperparameters: Callable[[Any, int, int], dict[str, Any]]
     train_samples: int  # the reference dataset (closed division)
@@ -197,26 +191,18 @@ class Workload:
     flops_passes: tuple[float, float] | None = None
     bench: BenchCases | None = None
     dali: DaliFormat | None = None
-    # MLLOG's epoch_num of 1-based epoch `n` (cfg, n) → value; None: n itself. OpenFold
-    # counts samples (an "epoch" is its train/validation cycle)
-    mllog_epoch: Callable[[Any, int], int] | None = None
     # the op most of the training time goes to (conv3d, conv2d, matmul): what
     # precision=auto times in fp32 and bf16 on a CPU (sciperf.precision)
     hot_op: str = "matmul"
 
     def __post_init__(self) -> None:
-        if self.sharding not in SHARDING:
-            raise ValueError(f"{self.name}: sharding={self.sharding} is not one of "
-                             f"{', '.join(SHARDING)}")
         if self.hot_op not in HOT_OPS:
             raise ValueError(f"{self.name}: hot_op={self.hot_op} is not one of "
                              f"{', '.join(HOT_OPS)}")
-        if (self.sharding == "sampled") != (self.dataset.draw is not None):
-            raise ValueError(f"{self.name}: sharding=sampled and dataset.draw go together")
 
     def epoch_num(self, cfg: Any, epoch: int) -> int:
-        """MLLOG's ``epoch_num`` of 1-based `epoch` (the reference's unit)."""
-        return epoch if self.mllog_epoch is None else int(self.mllog_epoch(cfg, epoch))
+        """MLLOG's ``epoch_num`` of 1-based `epoch` (the plan's unit, the reference's)."""
+        return self.plan.epoch_num(cfg, epoch)
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -239,5 +225,5 @@ class Workload:
 
     def lr_for_epoch(self, cfg: Any, epoch: int, steps_per_epoch: int | None = None) -> float:
         """LR at the first optimizer step of 0-indexed `epoch` (the driver's record)."""
-        steps = steps_per_epoch or self.steps_per_epoch(cfg)
+        steps = steps_per_epoch or self.plan.steps_per_epoch(cfg)
         return self.lr_for_step(cfg, epoch * steps, steps)

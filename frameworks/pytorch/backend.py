@@ -7,7 +7,7 @@ accumulation with one all-reduce per optimizer step, the LR of each step, bf16 a
 the input pipeline (native or DALI), losses and metrics reduced over ranks — does not
 depend on the workload, so it lives here and nowhere else. A workload backend
 (``workloads/<name>/backend.py``) is a small subclass answering the hooks below from its
-spec; everything a workload *is* (numbers, formats, schedule, sharding) comes from its
+spec; everything a workload *is* (numbers, formats, schedule, data plan) comes from its
 contract, ``ctx.workload`` (``sciperf.workloads.base.Workload``).
 
 Hooks (abstract: the first four):
@@ -30,21 +30,19 @@ Hooks (abstract: the first four):
 * ``to_device(x_np, y_np)`` — a native loader's numpy batch on the device (tensors;
   variable-size workloads: dicts of them);
 * ``batch_size(x)`` — samples in a batch (``x.shape[0]``; graphs: structures);
-* ``clip_norm()`` — the global gradient-norm bound of every optimizer step (None: none;
-  the norm is taken after the ranks' gradients are averaged);
-* ``after_step()`` — after every optimizer step (e.g. an EMA of the weights);
-* ``extra_state()`` / ``load_extra_state(state)`` — tensors a checkpoint keeps beyond the
-  model and optimizer (e.g. that EMA).
+* ``load_initial()`` — the initial state beyond ``train.init_weights`` (e.g. a reference
+  checkpoint with its optimizer state), after the model and optimizer are built;
+* ``step_pieces()`` — what every optimizer step adds (``sciperf_pytorch.pieces``: gradient
+  clipping after the ranks' average, an EMA of the weights, per-step callbacks), each
+  keeping its own checkpoint state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,16 +53,25 @@ from torch import nn
 
 from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
-from sciperf.data.loader import remainders, shuffle_seed
+from sciperf.data.loader import shuffle_seed
 from sciperf.errors import SciperfError, first_line
 from sciperf.weights import load_npz
 from sciperf_pytorch import dali, runtime, weights
 from sciperf_pytorch import input as native
 from sciperf_pytorch.collectives import Comm
+from sciperf_pytorch.pieces import StepPiece, merged_state
+from sciperf_pytorch.state import (
+    STATE_FILE,
+    check_loaded_optimizer,
+    check_optimizer_tensors,
+    check_tensors,
+    group_settings,
+    load_weights_only,
+    optimizer_names,
+)
 
 # spatial dimensions of a channels-last sample → the weights' memory format
 CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
-STATE_FILE = "state.pt"  # a checkpoint's backend state (sciperf.checkpoint)
 
 
 class WorkloadBackend(FrameworkBackend):
@@ -121,19 +128,12 @@ class WorkloadBackend(FrameworkBackend):
         """Samples in batch `x`."""
         return int(x.shape[0])
 
-    def clip_norm(self) -> float | None:
-        """Global gradient-norm bound of each optimizer step (None: no clipping)."""
-        return None
+    def load_initial(self) -> None:
+        """The initial state beyond ``train.init_weights`` (model and optimizer built)."""
 
-    def after_step(self) -> None:
-        """Called after every optimizer step."""
-
-    def extra_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps beyond model, optimizer, counters and RNG (tensors)."""
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`extra_state` from a checkpoint."""
+    def step_pieces(self) -> Sequence[StepPiece]:
+        """What every optimizer step adds (``sciperf_pytorch.pieces``); none by default."""
+        return ()
 
     def memory_format(self) -> torch.memory_format | None:
         """Channels-last format for the weights, from the samples' spatial rank (None:
@@ -172,6 +172,10 @@ class WorkloadBackend(FrameworkBackend):
         self.optimizer = self.comm.wrap_optimizer(
             self.build_optimizer(self.model.parameters()), self.model,
             backward_passes=self.accumulate)
+        self.load_initial()
+        self.pieces = list(self.step_pieces())
+        for piece in self.pieces:
+            piece.attach(self)
         self.micro_step = 0  # micro-batches seen
         self.opt_step = 0  # optimizer steps taken: the LR schedule's position
         self._make_loaders(ctx)
@@ -189,31 +193,31 @@ class WorkloadBackend(FrameworkBackend):
 
     def _make_loaders(self, ctx: RunContext) -> None:
         """This rank's training and validation loaders over the workload's reader, by
-        ``data.loader``: the workload's sharding fixes the remainder rule, the run seed and
-        the rank the training shuffle."""
-        cfg = self.cfg
+        ``data.loader``: the workload's plan fixes the remainder rules, the validation
+        batch and any drawn training items; the run seed and the rank the shuffle."""
+        cfg, plan = self.cfg, self.workload.plan
         self.dali = cfg.data.loader == "dali"
+        drawn = plan.draws(ctx.train_files, cfg, ctx.rank, ctx.world, ctx.local_batch)
         if self.dali:
+            if drawn is not None:
+                raise SciperfError(f"data.loader=dali: {self.workload.name} draws its "
+                                   "training samples, which DALI's readers cannot; use "
+                                   "data.loader=native")
             make: Callable[..., Any] = partial(dali.make_loader, workload=self.workload.name,
                                                root=str(cfg.data.dir))
         else:
             make = partial(native.make_loader, collate=self.workload.dataset.collate)
-        train_rule, eval_rule = remainders(self.workload.sharding)
         common = dict(reader=self.reader, prefetch=cfg.data.prefetch)
         if not self.dali:
             common |= dict(workers=cfg.data.workers,
                            pin=cfg.data.pinned_batches and self.device.type == "cuda")
-        dataset = self.workload.dataset
-        drawn = {}
-        if dataset.draw is not None:  # training draws its samples (sharding "sampled")
-            count = self.workload.steps_per_epoch(cfg) * ctx.local_batch
-            drawn = dict(draw=partial(dataset.draw, ctx.train_files, cfg, rank=ctx.rank,
-                                      world=ctx.world, count=count), draws=count)
+        draws = dict(draw=drawn.items, draws=drawn.count) if drawn is not None else {}
         self.train_loader = make(ctx.train_files, seed=shuffle_seed(cfg.seed, ctx.rank),
-                                 shuffle=cfg.data.shuffle, remainder=train_rule,
-                                 batch=ctx.local_batch, **drawn, **common)
-        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False, remainder=eval_rule,
-                                batch=dataset.eval_batch or ctx.local_batch, **common)
+                                 shuffle=cfg.data.shuffle, remainder=plan.train_remainder,
+                                 batch=ctx.local_batch, **draws, **common)
+        self.eval_loader = make(ctx.eval_files, seed=0, shuffle=False,
+                                remainder=plan.eval_remainder,
+                                batch=plan.eval_batch(ctx.local_batch), **common)
 
     def batches(self, loader: Any, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Device batches of one epoch (the same tensors from either loader)."""
@@ -251,20 +255,22 @@ class WorkloadBackend(FrameworkBackend):
             self._step()
             self.optimizer.zero_grad()  # set_to_none (the default); Horovod takes no args
             self.opt_step += 1
-            self.after_step()
+            for piece in self.pieces:
+                piece.after_step()
         return loss.detach()
 
     def _step(self) -> None:
-        """The optimizer step, after clipping the averaged gradients' global norm when the
-        workload bounds it (Horovod averages inside the optimizer: synchronise first)."""
-        bound = self.clip_norm()
-        if bound is None:
+        """The optimizer step, after the pieces that act on the averaged gradients
+        (Horovod averages inside the optimizer: synchronise first)."""
+        acting = [piece for piece in self.pieces if piece.acts_on_gradients]
+        if not acting:
             self.optimizer.step()
             return
         horovod = hasattr(self.optimizer, "synchronize")
         if horovod:
             self.optimizer.synchronize()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), bound)
+        for piece in acting:
+            piece.on_gradients(self)
         if horovod:
             with self.optimizer.skip_synchronize():
                 self.optimizer.step()
@@ -326,7 +332,7 @@ class WorkloadBackend(FrameworkBackend):
         model, optimizer = self.state_keys
         torch.save({model: self.model.state_dict(), optimizer: self.optimizer.state_dict(),
                     "micro_step": self.micro_step, "opt_step": self.opt_step,
-                    "torch_rng": torch.get_rng_state(), "extra": self.extra_state()},
+                    "torch_rng": torch.get_rng_state(), "extra": merged_state(self.pieces)},
                    folder / STATE_FILE)
 
     def load_state(self, folder: Path) -> None:
@@ -349,166 +355,9 @@ class WorkloadBackend(FrameworkBackend):
             check_loaded_optimizer(key, "optimizer", self.optimizer, settings, self.model)
             self.micro_step, self.opt_step = int(state["micro_step"]), int(state["opt_step"])
             torch.set_rng_state(state["torch_rng"])
-            self.load_extra_state(state.get("extra", {}))
+            for piece in self.pieces:
+                piece.load_state(state.get("extra", {}))
         except (RuntimeError, KeyError, TypeError, ValueError, IndexError,
                 AttributeError) as exc:
             raise SciperfError(f"{path}: not a checkpoint of this model ({first_line(exc)})"
                                ) from None
-
-
-# ------------------------------------------------------------------ checking loaded state
-# torch's load_state_dict copies whatever tensor it is given (NaN, a complex one with a
-# warning, an integer one cast) and an optimizer's load_state_dict takes any param_group
-# values: a bad file shows only at the first step, as a traceback or a NaN run.
-
-
-def tensor_problem(value: Any, like: torch.Tensor | None = None) -> str | None:
-    """Why `value` cannot stand for a tensor like `like` (None: it can): not a tensor,
-    not dense (sparse, nested), not real floating where `like` is floating (complex,
-    integer), NaN/Inf."""
-    if not isinstance(value, torch.Tensor):
-        return f"is not a tensor (a {type(value).__name__})"
-    if value.layout != torch.strided or value.is_nested:
-        return f"is not a dense tensor ({value.layout})"
-    floating = like is not None and (like.is_floating_point() or like.is_complex())
-    if value.is_complex() or (floating and not value.is_floating_point()):
-        return f"is not a real floating tensor ({value.dtype})"
-    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-        return "holds NaN/Inf"
-    return None
-
-
-def check_tensors(key: str, tensors: Any, like: Mapping[str, torch.Tensor],
-                  label: str = "parameter") -> None:
-    """Every tensor of a state dict that names one of `like`'s: dense, real, finite (names
-    and shapes are load_state_dict's to check); the first bad one named."""
-    if not isinstance(tensors, Mapping):
-        raise SciperfError(f"{key}: holds a {type(tensors).__name__} where a state dict "
-                           "belongs")
-    for name, value in tensors.items():
-        if name in like and (problem := tensor_problem(value, like[name])):
-            raise SciperfError(f"{key}: {label} {name} {problem}")
-
-
-def group_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """Each param_group's hyperparameters as the optimizer was built (before a load)."""
-    return [{k: v for k, v in group.items() if k != "params"}
-            for group in optimizer.param_groups]
-
-
-def optimizer_names(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[str]:
-    """Parameter names in the optimizer's order: a state dict indexes its state by it."""
-    names = {id(p): name for name, p in model.named_parameters()}
-    return [names.get(id(p), "?") for group in optimizer.param_groups
-            for p in group["params"]]
-
-
-def check_optimizer_tensors(key: str, what: str, state: Any, names: list[str]) -> None:
-    """An optimizer state dict's per-parameter values before torch loads them (it casts
-    them to the parameter's dtype, dropping an imaginary part): dense, real, finite
-    tensors or finite numbers."""
-    if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
-        raise SciperfError(f"{key}: {what} is not an optimizer state dict")
-    for index, slots in state["state"].items():
-        name = names[index] if isinstance(index, int) and 0 <= index < len(names) else index
-        if not isinstance(slots, Mapping):
-            raise SciperfError(f"{key}: {what} state of parameter {name} is not a dict")
-        for slot, value in slots.items():
-            problem = _number_problem(value) if _is_number(value) else tensor_problem(value)
-            if problem:
-                raise SciperfError(f"{key}: {what} {slot} of parameter {name} {problem}")
-
-
-def check_loaded_optimizer(key: str, what: str, optimizer: torch.optim.Optimizer,
-                           settings: list[dict[str, Any]], model: nn.Module) -> None:
-    """After torch's load (which fills the defaults of keys older files lack): every
-    hyperparameter the optimizer was built with is there with a value of its kind, and
-    every moment has its parameter's shape (torch checks only the group sizes)."""
-    for i, (group, built) in enumerate(zip(optimizer.param_groups, settings, strict=True)):
-        for name, want in built.items():
-            if name not in group:
-                raise SciperfError(f"{key}: {what} param_group {i} lacks {name}")
-            if not _same_kind(group[name], want):
-                raise SciperfError(f"{key}: {what} param_group {i} {name}="
-                                   f"{_short(group[name])} is not {_kind(want)}")
-    names = {id(p): name for name, p in model.named_parameters()}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            for slot, value in optimizer.state.get(p, {}).items():
-                if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
-                    raise SciperfError(f"{key}: {what}'s {slot} of parameter "
-                                       f"{names.get(id(p), '?')} has shape "
-                                       f"{list(value.shape)}, the model's is {list(p.shape)}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _number_problem(value: Any) -> str | None:
-    """Why `value` is not a finite real number (a 0-d tensor counts: torch's lr, step)."""
-    if isinstance(value, torch.Tensor):
-        if value.dim():
-            return f"is not a number (a tensor of shape {list(value.shape)})"
-        return tensor_problem(value)
-    if not _is_number(value):
-        return f"is not a number (a {type(value).__name__})"
-    return None if np.isfinite(value) else "is not finite"
-
-
-def _same_kind(value: Any, want: Any) -> bool:
-    """A loaded hyperparameter of the kind the optimizer was built with: a flag for a
-    flag (None: unset, or a flag), a finite number for a number, a sequence of as many
-    of the same kinds for a tuple (betas)."""
-    if isinstance(want, bool):
-        return isinstance(value, bool)
-    if want is None:
-        return value is None or isinstance(value, bool)
-    if _is_number(want) or isinstance(want, torch.Tensor):
-        return _number_problem(value) is None
-    if isinstance(want, tuple | list):
-        return isinstance(value, tuple | list) and len(value) == len(want) and all(
-            _same_kind(v, w) for v, w in zip(value, want, strict=True))
-    return isinstance(value, type(want))
-
-
-def _kind(want: Any) -> str:
-    """`want`'s kind in words (the refusal's end)."""
-    if isinstance(want, bool) or want is None:
-        return "a flag (true/false)"
-    if _is_number(want) or isinstance(want, torch.Tensor):
-        return "a finite number"
-    if isinstance(want, tuple | list):
-        return f"a sequence of {len(want)} ({', '.join(_kind(w) for w in want)})"
-    return f"a {type(want).__name__}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-# torch's refusal names the global (``GLOBAL posix.system``) or the pickle opcode it stopped at
-_REFUSAL = re.compile(r"GLOBAL ([\w.]+)|Unsupported operand (\d+)")
-
-
-def load_weights_only(path: str | Path, key: str, map_location: Any = "cpu") -> Any:
-    """``torch.load(weights_only=True)`` of `path`, every failure one line led by `key`:
-    torch's own message is a paragraph that ends advising to load the file with
-    ``weights_only=False`` — the unsafe load this project never makes — so only its reason
-    stays (a refused global named: nothing in the file was run)."""
-    try:
-        with warnings.catch_warnings():  # a plain pickle makes torch warn before refusing
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise SciperfError(f"{key}: no such file") from None
-    except Exception as exc:  # noqa: BLE001 (a damaged file raises many types; one meaning)
-        found = _REFUSAL.search(str(exc))
-        if found and found.group(1):
-            raise SciperfError(f"{key}: refused, it names GLOBAL {found.group(1)}, which "
-                               "torch's weights_only loader does not allow (nothing in the "
-                               "file was run)") from None
-        reason = f"unsupported pickle opcode {found.group(2)}" if found else first_line(exc)
-        raise SciperfError(f"{key}: not a checkpoint torch loads with weights_only=True "
-                           f"({reason})") from None

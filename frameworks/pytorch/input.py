@@ -32,12 +32,12 @@ def make_loader(files: Sequence[Path], reader: SampleReader, batch: int, seed: i
                 draws: int = 0, workers: int = 2, pin: bool = False) -> BatchLoader:
     """The common prefetching loader over this rank's `files` read by `reader`.
 
-    `remainder` is the rule for a last partial batch (``sciperf.data.loader.remainders``
-    of the workload's sharding); `collate` turns a list of samples into one batch (None or
-    the contract's default: stack fixed-size samples); `draw(epoch)` gives an epoch's
-    `draws` items instead of the shuffled files (``Dataset.draw``). `pin` (a CUDA device):
-    fixed-size batches are stacked straight into page-locked memory by the loader's thread,
-    so the training loop only starts the copy to the GPU.
+    `remainder` is the rule for a last partial batch (the workload's data plan's);
+    `collate` turns a list of samples into one batch (None or the contract's default:
+    stack fixed-size samples); `draw(epoch)` gives an epoch's `draws` items instead of the
+    shuffled files (``DataPlan.draws``). `pin` (a CUDA device): fixed-size batches are
+    stacked straight into page-locked memory by the loader's thread, so the training loop
+    only starts the copy to the GPU.
     """
     collate = collate or stack
     if pin and collate is stack:

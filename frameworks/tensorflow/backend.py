@@ -18,7 +18,7 @@ once here, from the workload contract (``sciperf.workloads.base.Workload``):
   ``accumulation()`` micro-batches at the contract's LR (per step when the workload's LR
   moves inside an epoch, else the driver's epoch LR);
 * input from ``input`` (``tf.data``) or ``dali`` by ``data.loader``, seeds from
-  ``shuffle_seed``, last-batch rules from the workload's sharding (``remainders``);
+  ``shuffle_seed``, last-batch rules and drawn items from the workload's data plan;
 * the epoch loss averaged over steps and ranks, the metric reduced from per-batch sums,
   parameters counted and weights exported the same way for every model.
 """
@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import itertools
 import time
-import zipfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,12 +37,14 @@ import tensorflow as tf
 
 from sciperf import heartbeat, precision, threads
 from sciperf.backends import EpochProgress, EpochResult, FrameworkBackend, RunContext
-from sciperf.data.loader import BatchLoader, remainders, shuffle_seed, stack
-from sciperf.errors import SciperfError, first_line
+from sciperf.data.loader import BatchLoader, shuffle_seed, stack
+from sciperf.errors import SciperfError
 from sciperf.weights import load_npz
-from sciperf_tensorflow import dali, runtime, weights
+from sciperf_tensorflow import dali, runtime, state, weights
 from sciperf_tensorflow import input as native
 from sciperf_tensorflow.collectives import Comm
+from sciperf_tensorflow.pieces import StepPiece
+from sciperf_tensorflow.state import STATE_FILE
 
 
 class Optimizer(Protocol):
@@ -59,16 +59,15 @@ class Optimizer(Protocol):
     def step(self, grads: list) -> None: ...
 
 
-STATE_FILE = "state.npz"  # a checkpoint's backend state (sciperf.checkpoint)
-
-
 class WorkloadBackend(FrameworkBackend):
     """A workload in TensorFlow for the common driver; subclasses implement the hooks.
 
     Hooks: :meth:`build_model`, :meth:`build_optimizer`, :meth:`loss_fn`,
     :meth:`metric_sums` (required); :meth:`device_transform`, :meth:`accumulation`,
-    :meth:`after_epoch`, :meth:`check` (optional). They may read ``self.cfg``,
-    ``self.model_spec``, ``self.comm`` and (from ``build_optimizer`` on) ``self.model``.
+    :meth:`after_epoch`, :meth:`check`, :meth:`forward`, :meth:`batch_size`,
+    :meth:`input_signature`, :meth:`load_initial`, :meth:`step_pieces` (optional). They
+    may read ``self.cfg``, ``self.model_spec``, ``self.comm`` and (from
+    ``build_optimizer`` on) ``self.model``.
     """
 
     name = "tensorflow"
@@ -122,6 +121,13 @@ class WorkloadBackend(FrameworkBackend):
         with open sizes so one trace serves every batch. None: traced from the batches."""
         return None
 
+    def load_initial(self) -> None:
+        """The initial state beyond ``train.init_weights`` (model and optimizer built)."""
+
+    def step_pieces(self) -> Sequence[StepPiece]:
+        """What every optimizer step adds (``sciperf_tensorflow.pieces``); none by default."""
+        return ()
+
     # --- setup ----------------------------------------------------------------------------
     def setup(self, ctx: RunContext) -> None:
         """Threads and device first (TF fixes them at its first op), then checks, seed,
@@ -148,6 +154,10 @@ class WorkloadBackend(FrameworkBackend):
                 path, expected_entries=self.model_spec.weight_shapes()), source=path)
         self.comm.broadcast_variables(self.model.variables)  # replicas start as rank 0
         self.optimizer = self.build_optimizer(self.model.trainable_variables)
+        self.load_initial()
+        self.pieces = list(self.step_pieces())
+        for piece in self.pieces:
+            piece.attach(self)
         self.accumulate = int(self.accumulation())
         if self.accumulate < 1:
             raise SciperfError(f"gradient accumulation {self.accumulate} < 1")
@@ -163,37 +173,47 @@ class WorkloadBackend(FrameworkBackend):
         self._setup_input(ctx)
 
     def _setup_input(self, ctx: RunContext) -> None:
-        """Train and eval loaders of this rank's shard, native or DALI by ``data.loader``."""
-        cfg, workload = ctx.cfg, self.workload
+        """Train and eval loaders of this rank's files, native or DALI by ``data.loader``:
+        the workload's plan fixes the remainder rules, the validation batch and any drawn
+        training items."""
+        cfg, workload, plan = ctx.cfg, self.workload, self.workload.plan
         root = str(cfg.data.dir)
         reader = workload.dataset.reader(root, cfg.data.format, self.model_spec)
-        train_rem, eval_rem = remainders(workload.sharding)
+        drawn = plan.draws(ctx.train_files, cfg, ctx.rank, ctx.world, ctx.local_batch)
         if cfg.data.loader == "dali":
-            def make(files, seed, shuffle, remainder):
-                return dali.make_loader(files, reader, workload.name, root, ctx.local_batch, seed,
+            if drawn is not None:
+                raise SciperfError(f"data.loader=dali: {workload.name} draws its training "
+                                   "samples, which DALI's readers cannot; use "
+                                   "data.loader=native")
+
+            def make(files, seed, shuffle, remainder, batch, drawn=None):
+                return dali.make_loader(files, reader, workload.name, root, batch, seed,
                                         shuffle, cfg.data.prefetch, remainder)
             self._batches: Callable[..., Iterator] = dali.batches
             self._transform = None
-        elif workload.dataset.collate is not stack:
-            # variable-size samples (graphs): the common threaded loader collates them into
-            # dicts of arrays, converted to tensors as they are consumed
-            def make(files, seed, shuffle, remainder):
-                return BatchLoader(files, reader, ctx.local_batch, seed=seed, shuffle=shuffle,
+        elif workload.dataset.collate is not stack or drawn is not None:
+            # variable-size samples (graphs) or drawn items: the common threaded loader
+            # collates them into dicts of arrays, converted to tensors as they are consumed
+            def make(files, seed, shuffle, remainder, batch, drawn=None):
+                return BatchLoader(files, reader, batch, seed=seed, shuffle=shuffle,
                                    prefetch=cfg.data.prefetch, workers=cfg.data.workers,
-                                   remainder=remainder,
-                                   collate=workload.dataset.collate)
+                                   remainder=remainder, collate=workload.dataset.collate,
+                                   **({} if drawn is None else
+                                      {"draw": drawn.items, "draws": drawn.count}))
             self._batches = native.collated_batches
             self._transform = None
         else:
-            def make(files, seed, shuffle, remainder):
-                return native.make_loader(files, reader, ctx.local_batch, seed, shuffle,
-                                         cfg.data.prefetch, remainder, cfg.data.workers)
+            def make(files, seed, shuffle, remainder, batch, drawn=None):
+                return native.make_loader(files, reader, batch, seed, shuffle,
+                                          cfg.data.prefetch, remainder, cfg.data.workers)
             self._batches = native.batches
             overridden = type(self).device_transform is not WorkloadBackend.device_transform
             self._transform = self.device_transform if overridden else None
         self.train_loader = make(ctx.train_files, shuffle_seed(cfg.seed, ctx.rank),
-                                 bool(cfg.data.shuffle), train_rem)
-        self.eval_loader = make(ctx.eval_files, 0, False, eval_rem)
+                                 bool(cfg.data.shuffle), plan.train_remainder,
+                                 ctx.local_batch, drawn)
+        self.eval_loader = make(ctx.eval_files, 0, False, plan.eval_remainder,
+                                plan.eval_batch(ctx.local_batch))
         self.steps_per_epoch = max(len(self.train_loader) // self.accumulate, 1)
 
     # --- training -------------------------------------------------------------------------
@@ -205,10 +225,17 @@ class WorkloadBackend(FrameworkBackend):
             loss = self.loss_fn(self.forward(x, training=True), y)
         return loss, self.comm.wrap_tape(tape).gradient(loss, variables)
 
+    def _optimizer_step(self, grads: list) -> None:
+        """The pieces that act on the averaged gradients, then the optimizer's step."""
+        for piece in self.pieces:
+            if piece.acts_on_gradients:
+                grads = piece.on_gradients(grads)
+        self.optimizer.step(grads)
+
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """Compiled micro-batch = optimizer step (no accumulation)."""
         loss, grads = self._gradients(x, y)
-        self.optimizer.step(grads)
+        self._optimizer_step(grads)
         return loss
 
     def _accumulate_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -220,7 +247,7 @@ class WorkloadBackend(FrameworkBackend):
 
     def _apply_sums(self) -> None:
         """Compiled optimizer step from the accumulated gradients, then zero them."""
-        self.optimizer.step([tf.convert_to_tensor(t) for t in self.sums])
+        self._optimizer_step([tf.convert_to_tensor(t) for t in self.sums])
         for total in self.sums:
             total.assign(tf.zeros_like(total))
 
@@ -243,6 +270,8 @@ class WorkloadBackend(FrameworkBackend):
                 self._apply()
         if boundary:
             self.opt_step += 1
+            for piece in self.pieces:
+                piece.after_step()
         return loss
 
     def batches(self, loader: Any, epoch: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
@@ -300,74 +329,24 @@ class WorkloadBackend(FrameworkBackend):
         return int(sum(int(np.prod(v.shape)) for v in self.model.trainable_variables))
 
     def _state_variables(self) -> dict[str, list]:
-        """Model variables (Keras' dropout seed state included) and the optimizer's, in
-        creation order: what a checkpoint holds."""
-        return {"model": list(self.model.variables), "optimizer": list(self.optimizer.state())}
+        """Model variables (Keras' dropout seed state included), the optimizer's and the
+        step pieces', in creation order: what a checkpoint holds."""
+        groups = {"model": list(self.model.variables),
+                  "optimizer": list(self.optimizer.state())}
+        extra = [v for piece in self.pieces for v in piece.variables()]
+        return groups | ({"extra": extra} if extra else {})
 
     def save_state(self, folder: Path) -> None:
         """``state.npz``: every variable by group and index, step counters (no pickles)."""
-        arrays = {f"{group}/{i:05d}": np.asarray(v.numpy())
-                  for group, found in self._state_variables().items()
-                  for i, v in enumerate(found)}
-        arrays["counters"] = np.array([self.micro_step, self.opt_step], np.int64)
-        np.savez(folder / STATE_FILE, **arrays)
+        state.save(folder / STATE_FILE, self._state_variables(),
+                   (self.micro_step, self.opt_step))
 
     def load_state(self, folder: Path) -> None:
-        """Restore ``state.npz`` strictly: every variable present with its shape, a number
-        of its variable's kind (finite where floating), two step counters — all checked
-        before the first is assigned, so a tampered file is one line, never a traceback
-        from the zip reader, the unpacking or ``assign`` (nor a model half restored)."""
-        path = folder / STATE_FILE
-        try:
-            loaded = np.load(path, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array
-                raise ValueError("not an .npz archive")
-            with loaded as saved:
-                stored = {k: saved[k] for k in saved.files}
-        except (OSError, ValueError, EOFError, MemoryError, NotImplementedError,
-                zipfile.BadZipFile, zlib.error) as exc:
-            raise SciperfError(f"{path}: unreadable checkpoint ({first_line(exc)})"
-                               ) from None
-        wanted = self._state_variables()
-        names = {f"{g}/{i:05d}" for g, found in wanted.items() for i in range(len(found))}
-        if set(stored) != names | {"counters"}:
-            raise SciperfError(f"{path}: not a checkpoint of this model ({len(stored) - 1} "
-                               f"variables stored, {len(names)} here)")
-        counters = stored["counters"]
-        if counters.shape != (2,) or counters.dtype.kind not in "iu" or (counters < 0).any():
-            raise SciperfError(f"{path}: unreadable checkpoint (counters is {counters.dtype} "
-                               f"of shape {counters.shape}, not 2 step counts)")
-        pairs = []
-        for group, found in wanted.items():
-            for i, var in enumerate(found):
-                value = stored[f"{group}/{i:05d}"]
-                if tuple(value.shape) != tuple(var.shape):
-                    raise SciperfError(f"{path}: {group} variable {i} has shape "
-                                       f"{value.shape}, this model's {tuple(var.shape)}")
-                if problem := _value_problem(value, var):
-                    raise SciperfError(f"{path}: unreadable checkpoint ({group} variable {i} "
-                                       f"{problem})")
-                pairs.append((f"{group} variable {i}", var, value))
-        for name, var, value in pairs:
-            try:
-                var.assign(value)
-            except (ValueError, TypeError, tf.errors.OpError) as exc:
-                raise SciperfError(f"{path}: unreadable checkpoint ({name}: "
-                                   f"{first_line(exc)})") from None
-        self.micro_step, self.opt_step = (int(v) for v in counters)
+        """Restore ``state.npz`` strictly (``sciperf_tensorflow.state``: everything checked
+        before the first variable is assigned)."""
+        self.micro_step, self.opt_step = state.load(folder / STATE_FILE,
+                                                    self._state_variables())
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Canonical weights (norm moving statistics included) of this rank's replica."""
         return weights.export_weights(self.model)
-
-
-def _value_problem(value: np.ndarray, var: tf.Variable) -> str | None:
-    """Why a stored array cannot be `var`'s value (None: it can): a dtype of another kind
-    (text, complex, objects; a float where an integer belongs), NaN/Inf in a float."""
-    dtype = tf.as_dtype(var.dtype)
-    kinds = "f" if dtype.is_floating else "b" if dtype.is_bool else "iu"
-    if value.dtype.kind not in kinds:
-        return f"has dtype {value.dtype}, this model's is {dtype.name}"
-    if dtype.is_floating and not np.isfinite(value).all():
-        return "holds NaN/Inf"
-    return None

@@ -24,8 +24,7 @@ def _backend(framework: str, name: str, root: Path):
     n = 2 * gbs
     fmt = w.bench.format
     folder = w.bench.dataset(root, w.model_spec(base), fmt, w.bench.train["mini"][0])
-    # a workload that draws its samples: 2 steps an epoch as well
-    epoch = ["train.val_every_iters=2"] if w.sharding == "sampled" else []
+    epoch = w.plan.epoch_overrides(n, gbs)  # a workload that draws its samples: 2 steps too
     cfg = compose([f"workload={name}", "experiment=mini", f"framework={framework}",
                    f"data.dir={folder}", f"data.format={fmt}", f"data.train_samples={n}",
                    f"data.eval_samples={gbs}", f"train.global_batch_size={gbs}", *epoch,

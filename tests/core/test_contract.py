@@ -17,9 +17,10 @@ import pytest
 
 from sciperf.backends import Backend, available, backend_class, implemented
 from sciperf.config import compose
+from sciperf.data.plan import StrictPlan
 from sciperf.errors import SciperfError
 from sciperf.workloads import DEFAULT, REGISTRY, WORKLOADS, get
-from sciperf.workloads.base import SHARDING, Workload
+from sciperf.workloads.base import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -33,7 +34,7 @@ GENERIC = [p for d in ("common", "frameworks/pytorch", "frameworks/tensorflow", 
 def test_every_workload_is_a_contract(name: str) -> None:
     w = get(name)
     assert isinstance(w, Workload) and w.name == name
-    assert w.sharding in SHARDING
+    assert isinstance(w.plan, StrictPlan)  # the standard plans, or a subclass
     assert w.formats and w.dataset.splits == ("train", "validation")
     assert set(w.dataset.prepare) >= {"synthetic", "existing"}
     assert w.metric.key in ("eval_error", "eval_accuracy")
@@ -43,7 +44,7 @@ def test_every_workload_is_a_contract(name: str) -> None:
     assert cfg.data.train_samples == w.train_samples
     assert cfg.data.eval_samples == w.eval_samples
     # The per-epoch LR is the per-step LR at the epoch's first step.
-    steps = w.steps_per_epoch(cfg)
+    steps = w.plan.steps_per_epoch(cfg)
     assert steps > 0
     for epoch in (0, 1, 5):
         assert w.lr_for_epoch(cfg, epoch) == w.lr_for_step(cfg, epoch * steps, steps)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from sciperf.data.plan import StrictPlan
 from sciperf.workloads.base import Dataset, Metric, Workload
 from sciperf.workloads.cosmoflow import bench, dali, data, flops, prepare, spec
 
@@ -18,8 +19,8 @@ WORKLOAD = Workload(
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.make_reader, prepare=prepare.SOURCES,
                     payload_bytes=data.payload_bytes),
-    sharding="strict",
-    lr_for_step=spec.lr_for_step, steps_per_epoch=spec.steps_per_epoch, per_step_lr=False,
+    plan=StrictPlan(spec.steps_per_epoch),
+    lr_for_step=spec.lr_for_step, per_step_lr=False,
     mllog_hyperparameters=spec.mllog_hyperparameters,
     train_samples=spec.TRAIN_SAMPLES, eval_samples=spec.EVAL_SAMPLES,
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,

@@ -12,6 +12,7 @@ every validation structure is evaluated once).
 
 from __future__ import annotations
 
+from sciperf.data.plan import UnevenPlan
 from sciperf.workloads.base import Dataset, Metric, Workload
 from sciperf.workloads.oc20 import bench, data, flops, prepare, spec
 
@@ -24,8 +25,8 @@ WORKLOAD = Workload(
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.model_reader, prepare=prepare.SOURCES,
                     payload_bytes=data.payload_bytes, collate=data.collate),
-    sharding="uneven",
-    lr_for_step=spec.lr_at_step, steps_per_epoch=spec.steps_per_epoch, per_step_lr=True,
+    plan=UnevenPlan(spec.steps_per_epoch),
+    lr_for_step=spec.lr_at_step, per_step_lr=True,
     mllog_hyperparameters=spec.mllog_hyperparameters,
     train_samples=spec.TRAIN_SAMPLES, eval_samples=spec.EVAL_SAMPLES,
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,

@@ -11,14 +11,15 @@ the residue constants as data (``residue_constants``) and the structure geometry
 (``synthetic``), the contract glue (``data``). The network is in each framework's
 ``workloads/openfold``. Facts: shared/spec/openfold.md.
 
-Training draws chains with replacement (sharding ``sampled``: every rank draws from every
-chain, ``Dataset.draw``); an epoch is one train/validation cycle of ``val_every_iters``
-steps and MLLOG's ``epoch_num`` counts samples (``mllog_epoch``). Validation evaluates one
-whole chain per batch.
+Training draws chains with replacement (a ``SampledPlan``: every rank draws from every
+chain through ``data.draw``); an epoch is one train/validation cycle of ``val_every_iters``
+steps and MLLOG's ``epoch_num`` counts samples (``spec.mllog_epoch``). Validation evaluates
+one whole chain per batch.
 """
 
 from __future__ import annotations
 
+from sciperf.data.plan import SampledPlan
 from sciperf.workloads.base import Dataset, Metric, Workload
 from sciperf.workloads.openfold import bench, data, flops, prepare, spec
 
@@ -31,16 +32,17 @@ WORKLOAD = Workload(
     dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.model_reader, prepare=prepare.SOURCES,
-                    payload_bytes=data.payload_bytes, collate=data.collate, draw=data.draw,
-                    eval_batch=1),
-    sharding="sampled",
-    lr_for_step=spec.lr_at_step, steps_per_epoch=spec.steps_per_epoch, per_step_lr=True,
+                    payload_bytes=data.payload_bytes, collate=data.collate),
+    # chains drawn with replacement by the reference's sampler; an epoch is one
+    # train/validation cycle; validation evaluates one whole chain per batch
+    plan=SampledPlan(spec.steps_per_epoch, data.draw, spec.EPOCH_KEY,
+                     epoch_num=spec.mllog_epoch, eval_batch=1),
+    lr_for_step=spec.lr_at_step, per_step_lr=True,
     mllog_hyperparameters=spec.mllog_hyperparameters,
     train_samples=spec.TRAIN_SAMPLES, eval_samples=spec.EVAL_SAMPLES,
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    mllog_epoch=spec.mllog_epoch,
     flops=flops.layers, flops_passes=flops.FLOPS_PASSES,
     bench=bench.CASES,
 )

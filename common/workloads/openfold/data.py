@@ -6,7 +6,7 @@ sharding and loaders treat it like any sample path). The reader turns one into t
 reference's feature dict:
 
 * a training item is a :class:`Draw` — the chain and the sample seed the sampler drew with
-  it (training draws chains with replacement, ``Dataset.draw``): cropped to
+  it (training draws chains with replacement, :func:`draw`): cropped to
   ``model.crop_size``, MSA rows sampled and BERT-masked from that seed, the top template
   hits shuffled with it;
 * a validation item is the plain sample path: the whole chain, the seed from its id, the
@@ -19,7 +19,7 @@ must be realigned), then :func:`.features.make_features`. The layout's shared ta
 
 Batches (:func:`collate`) stack the feature dicts; validation chains of different lengths
 are padded to the longest (masks mark the padding) — sciperf evaluates one chain per batch,
-as the reference (``Dataset.eval_batch``).
+as the reference (the plan's ``eval_batch``).
 """
 
 from __future__ import annotations
@@ -221,9 +221,10 @@ def payload_bytes(model: ModelSpec) -> int:
 
 def draw(files: Sequence[Path], cfg: Any, epoch: int, rank: int, world: int,
          count: int) -> list[Draw]:
-    """This rank's `count` training items of 0-indexed cycle `epoch` (``Dataset.draw``): the
-    reference's sampler — chains drawn with replacement by weight, each with its seed, the
-    global stream strided over the ranks (:mod:`.sampler`)."""
+    """This rank's `count` training items of 0-indexed cycle `epoch` (the workload's
+    ``SampledPlan`` sampler): the reference's sampler — chains drawn with replacement by
+    weight, each with its seed, the global stream strided over the ranks
+    (:mod:`.sampler`)."""
     if not files:
         raise SciperfError("no training chains to draw from")
     root = _root(files[0])

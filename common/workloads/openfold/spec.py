@@ -42,6 +42,7 @@ VAL_MIN_CAMEO_SUBMISSION_DATE = "2021-09-17"
 VAL_MAX_CAMEO_SUBMISSION_DATE = "2021-12-11"
 VAL_MAX_SEQUENCE_LENGTH = 700
 VAL_EVERY_ITERS = 40
+EPOCH_KEY = "train.val_every_iters"  # the config key of an epoch's optimizer steps
 NUM_TRAIN_ITERS = 2000  # the reference's upper bound (--num_train_iters)
 
 # A sample's sizes (REF config.py): the full model's, written once in sizes.ModelSpec —

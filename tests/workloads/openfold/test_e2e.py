@@ -90,7 +90,7 @@ def weights(path: Path) -> dict[str, np.ndarray]:
 
 def checkpointed(out: Path, epoch: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(model, EMA) state dicts the checkpoint of `epoch` keeps; the EMA ("SWA") weights
-    are validation's model (the backend's extra_state)."""
+    are validation's model (the WeightEMA step piece's checkpoint state)."""
     state = torch.load(out / "checkpoints" / f"epoch_{epoch:04d}" / "state.pt",
                        weights_only=True)
     model = next(state[k] for k in ("model", "alphafold_state_dict") if k in state)
@@ -382,7 +382,7 @@ def test_throughput_mode_runs_two_independent_instances(proteins: Path, tmp_path
 @pytest.mark.slow
 def test_resumed_run_equals_an_uninterrupted_run(proteins: Path, tmp_path: Path) -> None:
     """Checkpoint every cycle; stop after cycle 1, resume to 2: the weights, both cycles'
-    losses and the EMA (checkpointed as extra_state: validation's model) equal the
+    losses and the EMA (the WeightEMA piece's checkpoint state: validation's model) equal the
     uninterrupted 2-cycle run's — dropout on, reseeded by iteration as the reference."""
     args = [*SMALL, *RUN[:-1], UNREACHED, "train.save_weights=true", "train.checkpoint_every=1",
             f"data.dir={proteins}"]

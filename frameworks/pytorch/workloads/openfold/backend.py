@@ -19,8 +19,7 @@ What is OpenFold's own (spec/openfold.md §3–6):
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,15 @@ import torch
 from torch import nn
 
 from sciperf.backends import RunContext
-from sciperf.errors import SciperfError
+from sciperf.errors import SciperfError, first_line
 from sciperf.workloads.openfold import sampler
 from sciperf.workloads.openfold.features import seed_from_string
 from sciperf.workloads.openfold.sizes import ModelSpec
-from sciperf_pytorch.backend import (
-    WorkloadBackend,
+from sciperf_pytorch.backend import WorkloadBackend
+from sciperf_pytorch.pieces import ClipGradNorm, StepPiece, WeightEMA
+from sciperf_pytorch.state import (
     check_loaded_optimizer,
     check_optimizer_tensors,
-    first_line,
     group_settings,
     load_weights_only,
     optimizer_names,
@@ -153,15 +152,23 @@ class OpenFoldBackend(WorkloadBackend):
                                 eps=float(o.eps), weight_decay=float(o.weight_decay),
                                 amsgrad=False)
 
-    def setup(self, ctx: RunContext) -> None:
-        """The template's setup, then the reference checkpoint and the EMA from it."""
-        super().setup(ctx)
+    def load_initial(self) -> None:
+        """train.init_checkpoint: the reference's checkpoint (weights, Adam's state)."""
         if self.cfg.train.init_checkpoint:
             load_reference_checkpoint(self.cfg.train.init_checkpoint, self.model,
                                       self.optimizer)
-        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.ema_started = False  # the first update copies (AveragedModel's rule)
-        steps = int(self.cfg.train.max_epochs) * self.workload.steps_per_epoch(self.cfg)
+
+    def step_pieces(self) -> Sequence[StepPiece]:
+        """The reference clips the averaged gradients' global norm to opt.clip_norm (0:
+        none), then updates the EMA of the weights ("SWA") that validation uses."""
+        self.ema = WeightEMA(float(self.cfg.opt.swa_decay))
+        bound = float(self.cfg.opt.clip_norm)
+        return [*([ClipGradNorm(bound)] if bound > 0 else []), self.ema]
+
+    def setup(self, ctx: RunContext) -> None:
+        """The template's setup, then the recycling counts of every step."""
+        super().setup(ctx)
+        steps = int(self.cfg.train.max_epochs) * self.workload.plan.steps_per_epoch(self.cfg)
         self.recycling = sampler.recycling_iterations(
             int(self.cfg.seed), max(steps, 1), int(self.model_spec.num_recycling_iters))
 
@@ -193,7 +200,7 @@ class OpenFoldBackend(WorkloadBackend):
             self._last_pass = n
             return self.net(x, num_recycling=n)
         self._last_pass = int(x["aatype"].shape[-1]) - 1
-        return self.ema(x, num_recycling=self._last_pass)
+        return self.ema.model(x, num_recycling=self._last_pass)
 
     def _last(self, batch: Batch) -> Batch:
         """The batch at the last pass's recycling index (what the loss and metric see)."""
@@ -205,22 +212,6 @@ class OpenFoldBackend(WorkloadBackend):
         total, _ = of_loss.loss(_float(out), self._last(y))
         return total
 
-    def clip_norm(self) -> float | None:
-        """The reference clips the averaged gradients' global norm to opt.clip_norm."""
-        bound = float(self.cfg.opt.clip_norm)
-        return bound if bound > 0 else None
-
-    @torch.no_grad()
-    def after_step(self) -> None:
-        """EMA ("SWA") update: avg += (p − avg)·(1 − decay); the first update copies."""
-        decay = float(self.cfg.opt.swa_decay)
-        for avg, p in zip(self.ema.parameters(), self.model.parameters(), strict=True):
-            if self.ema_started:
-                avg.add_((p.detach() - avg) * (1.0 - decay))
-            else:
-                avg.copy_(p.detach())
-        self.ema_started = True
-
     def metric_sums(self, out: dict[str, Any], y: Batch) -> tuple[torch.Tensor, int]:
         """(Σ per-chain global lDDT-Cα, chains) of the EMA model's final structure."""
         last = self._last(y)
@@ -229,21 +220,6 @@ class OpenFoldBackend(WorkloadBackend):
                                  last["all_atom_mask"].float(), eps=LDDT_EVAL_EPS,
                                  per_residue=False)
         return scores.double().sum(), int(scores.numel())
-
-    # ------------------------------------------------------------------ state
-    def extra_state(self) -> dict[str, Any]:
-        """The EMA weights (validation's model) and whether it has started."""
-        return {"ema": self.ema.state_dict(), "ema_started": torch.tensor(self.ema_started)}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the EMA from a checkpoint (dense, real, finite: validation runs it)."""
-        like = self.ema.state_dict()
-        for name, value in state["ema"].items():
-            if name in like and (problem := tensor_problem(value, like[name])):
-                raise ValueError(f"ema parameter {name} {problem}")
-        self.ema.load_state_dict(state["ema"])
-        self.ema_started = bool(state["ema_started"])
-
 
 
 def _float(tree: Any) -> Any:
