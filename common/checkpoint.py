@@ -209,29 +209,25 @@ def driver_problem(driver: Any) -> str | None:
 PROGRESS_FIELDS = ("steps", "samples", "loss_sum", "seconds")
 
 
-# keys that say where and how a run is kept, run or reported, not what it trains: a resume
-# may change them (more epochs, other threads or loader workers, a longer grace)
-NOT_TRAINING = (("train", "resume"), ("train", "overwrite"), ("train", "checkpoint_every"),
-                ("train", "checkpoint_keep"), ("train", "max_epochs"),
-                ("train", "term_grace_s"), ("train", "save_weights"), ("train", "log_every"),
-                ("framework", "malloc"), ("framework", "threads"),
-                ("framework", "inter_op_threads"), ("data", "workers"), ("data", "prefetch"),
-                ("data", "stage_workers"), ("data", "prepare_workers"),
-                ("distributed", "timeout_s"), ("", "time_limit"), ("", "nodes"),
-                ("", "dry_run"), ("", "launcher"), ("", "container"))
+def not_training(cfg: Any) -> list[str]:
+    """The keys that say where and how a run is kept, run or reported, not what it trains
+    (their role is ``local``, sciperf.roles): a resume may change them (more epochs, other
+    threads or loader workers, a longer grace), and ranks may differ in them."""
+    from sciperf.config import keys_with, workload_of
+    return keys_with("local", workload_of(cfg))
 
 
 def resume_config(cfg: Any) -> dict[str, Any]:
     """The config a checkpoint must share with the run resuming it: the experiment's
-    (config_hash's), without the keys of :data:`NOT_TRAINING`."""
+    (config_hash's), without the keys of :func:`not_training`."""
     from sciperf.config import hashed_config
-    return hashed_config(cfg, ignore=NOT_TRAINING)
+    return hashed_config(cfg, ignore=not_training(cfg))
 
 
 def resume_hash(cfg: Any) -> str:
     """The hash of :func:`resume_config`."""
     from sciperf.config import config_hash
-    return config_hash(cfg, ignore=NOT_TRAINING)
+    return config_hash(cfg, ignore=not_training(cfg))
 
 
 def check_matches(found: Found, config_hash: str, world: int,

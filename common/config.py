@@ -21,7 +21,11 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sciperf.errors import SciperfError
+from sciperf.roles import Role, role
+from sciperf.roles import of as role_of
+from sciperf.weights import check_init_weights
 from sciperf.workloads import DEFAULT, WORKLOADS, get
+from sciperf.workloads.base import Workload
 
 # fp32: IEEE single precision in both frameworks, on GPUs too (their TF32 defaults off);
 # tf32: fp32 with TF32 tensor-core matmuls and convolutions (NVIDIA GPUs); bf16: mixed
@@ -41,43 +45,56 @@ CHOICES = {  # values the schema's str type cannot restrict
 class DataConfig:
     """Keys every workload understands under `data.`."""
 
-    dir: str = "data/${workload}"
-    format: str = "npy"
+    dir: str = field(default="data/${workload}", metadata=role(
+        place=True, bench="output= (the timing data is made under OUTPUT/data)"))
+    format: str = field(default="npy", metadata=role(
+        bench="bench.cases=input (training rows read the workload's fastest format, the "
+              "input rows every format)"))
     source: str = "synthetic"  # synthetic | existing
-    train_samples: int = 0
-    eval_samples: int = 0
+    train_samples: int = field(default=0, metadata=role(bench="bench.samples="))
+    eval_samples: int = field(default=0, metadata=role(
+        bench="bench.samples= (validation holds half)"))
     loader: str = "native"
     shuffle: bool = True
-    prefetch: int = 4
+    prefetch: int = field(default=4, metadata=role(local=True))
     # reader threads per rank (measured on an H100 node: 2 feed full CosmoFlow at 244
     # samples/s, bf16; 8 were no faster)
-    workers: int = 2
+    workers: int = field(default=2, metadata=role(local=True))
     # PyTorch on a GPU: the loader's thread stacks each batch straight into page-locked
     # memory (false: the training thread pins each batch before its copy)
     pinned_batches: bool = True
-    stage_dir: str | None = "${system.stage_dir}"  # node-local copy before training (null: off)
-    stage_workers: int = 4  # concurrent copies per rank
+    # node-local copy before training (null: off)
+    stage_dir: str | None = field(default="${system.stage_dir}", metadata=role(place=True))
+    stage_workers: int = field(default=4, metadata=role(local=True))  # copies per rank
     stage_verify: str = "size"  # size | checksum (CRC-32 of source bytes vs the copy)
-    prepare_workers: int = 4  # threads per rank reading samples in `sciperf prepare`
+    # threads per rank reading samples in `sciperf prepare`
+    prepare_workers: int = field(default=4, metadata=role(local=True))
 
 
 @dataclass
 class TrainConfig:
     """Keys every workload understands under `train.`."""
 
-    global_batch_size: int = 64
-    max_epochs: int = 100
+    global_batch_size: int = field(default=64, metadata=role(bench="bench.batch="))
+    max_epochs: int = field(default=100, metadata=role(local=True))
     target: float = 0.0
-    log_every: int = 0  # steps between progress lines inside an epoch (0: per epoch only)
-    init_weights: str = ""  # canonical .npz to start from (same file works in every framework)
-    save_weights: bool = False  # write OUT/weights_rank<r>.npz (canonical) at the end
-    overwrite: bool = False  # replace an earlier run in output_dir (else: refused)
-    checkpoint_every: int = 0  # epochs between checkpoints in OUT/checkpoints (0: none)
-    checkpoint_keep: int = 2  # newest checkpoints kept
-    resume: str = ""  # auto: continue from OUT/checkpoints' newest valid one ("": start anew)
+    # steps between progress lines inside an epoch (0: per epoch only)
+    log_every: int = field(default=0, metadata=role(local=True))
+    # canonical .npz to start from (same file works in every framework)
+    init_weights: str = field(default="", metadata=role(reads=True,
+                                                        check=check_init_weights))
+    # write OUT/weights_rank<r>.npz (canonical) at the end
+    save_weights: bool = field(default=False, metadata=role(local=True))
+    # replace an earlier run in output_dir (else: refused)
+    overwrite: bool = field(default=False, metadata=role(local=True))
+    # epochs between checkpoints in OUT/checkpoints (0: none)
+    checkpoint_every: int = field(default=0, metadata=role(local=True))
+    checkpoint_keep: int = field(default=2, metadata=role(local=True))  # newest kept
+    # auto: continue from OUT/checkpoints' newest valid one ("": start anew)
+    resume: str = field(default="", metadata=role(local=True))
     # with checkpointing on: seconds a SIGTERM (preemption, time limit) may take to reach a
     # checkpoint before the run is ended without one (0: end at once); below Slurm's KillWait
-    term_grace_s: float = 20.0
+    term_grace_s: float = field(default=20.0, metadata=role(local=True))
 
 
 @dataclass
@@ -110,15 +127,15 @@ class FrameworkConfig:
     """Which backend (entry point in group `sciperf.backends`) and its generic knobs."""
 
     name: str = "pytorch"
-    threads: int = 0  # 0: all cores of the allocation
+    threads: int = field(default=0, metadata=role(local=True))  # 0: every core allotted
     channels_last: bool = True
     compile: bool = False
     # host allocator: reuse keeps freed memory for the next step (no page faults on fresh
     # mappings every step; sciperf.allocator), system leaves glibc's defaults
-    malloc: str = "reuse"
+    malloc: str = field(default="reuse", metadata=role(local=True))
     # TensorFlow: ops run at once (its intra-op threads share the cores out); 0: chosen from
     # the model's work per layer (sciperf.threads: small layers run side by side)
-    inter_op_threads: int = 0
+    inter_op_threads: int = field(default=0, metadata=role(local=True))
 
 
 @dataclass
@@ -126,7 +143,8 @@ class DistributedConfig:
     """How ranks talk: the framework's native stack (DDP / TF) or Horovod."""
 
     backend: str = "native"  # native | horovod
-    timeout_s: int = 45  # a lost or hung peer ends the job after this long, never a hang
+    # a lost or hung peer ends the job after this long, never a hang
+    timeout_s: int = field(default=45, metadata=role(local=True))
     # PyTorch: one rank still joins a process group (NCCL on a GPU, gloo on a CPU) and
     # trains under DDP: the multi-GPU collective path, checked on a one-GPU machine
     single_rank_group: bool = False
@@ -144,14 +162,19 @@ class RootConfig:
     """The whole run: typed keys are checked by OmegaConf, workload sections by the spec."""
 
     workload: str = DEFAULT  # set by the `workload` group (the contract's name)
-    experiment: str = "mini"
+    experiment: str = field(default="mini", metadata=role(bench="bench.cases="))
     seed: int = 0
-    precision: str = "auto"  # fp32 | tf32 | bf16 | auto: measured per machine (sciperf.precision)
-    output_dir: str = "results/${workload}-${framework.name}-${experiment}"
-    nodes: int = 1  # nodes requested by `sciperf launch`
+    # fp32 | tf32 | bf16 | auto: measured per machine (sciperf.precision)
+    precision: str = field(default="auto", metadata=role(bench="bench.precision="))
+    output_dir: str = field(default="results/${workload}-${framework.name}-${experiment}",
+                            metadata=role(place=True, bench="output="))
+    # nodes requested by `sciperf launch`
+    nodes: int = field(default=1, metadata=role(local=True))
     instances: int = 1  # concurrent training instances (throughput mode): ranks split evenly
-    dry_run: bool = False  # `sciperf launch`: render, do not submit
-    time_limit: str = "01:00:00"  # wall-clock request of `sciperf launch` (sbatch --time)
+    # `sciperf launch`: render, do not submit
+    dry_run: bool = field(default=False, metadata=role(local=True))
+    # wall-clock request of `sciperf launch` (sbatch --time)
+    time_limit: str = field(default="01:00:00", metadata=role(local=True))
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     model: dict[str, Any] = field(default_factory=dict)
@@ -160,8 +183,8 @@ class RootConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     mllog: MllogConfig = field(default_factory=MllogConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
-    launcher: dict[str, Any] = field(default_factory=dict)
-    container: dict[str, Any] = field(default_factory=dict)
+    launcher: dict[str, Any] = field(default_factory=dict, metadata=role(local=True))
+    container: dict[str, Any] = field(default_factory=dict, metadata=role(local=True))
 
 
 def config_dir() -> Path:
@@ -617,22 +640,61 @@ def to_container(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def hashed_config(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    """The resolved config an experiment is identified by: without run-local paths and
-    the (section, key) pairs of `ignore` (section "": a top-level key)."""
+def hashed_config(cfg: DictConfig, ignore: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved config an experiment is identified by: without the keys whose role is
+    a place (paths) and the dotted keys of `ignore`."""
     data = to_container(cfg)
-    for section, key in ignore:
-        (data if not section else data.get(section, {})).pop(key, None)
-    data.pop("output_dir", None)
-    data.get("data", {}).pop("dir", None)
-    data.get("data", {}).pop("stage_dir", None)
+    places = [k for k, r in key_roles(workload_of(cfg)).items() if r.place]
+    for dotted in [*ignore, *places]:
+        *sections, key = dotted.split(".")
+        node = data
+        for section in sections:
+            node = node.get(section, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(key, None)
     return data
 
 
-def config_hash(cfg: DictConfig, ignore: tuple[tuple[str, str], ...] = ()) -> str:
+def config_hash(cfg: DictConfig, ignore: Sequence[str] = ()) -> str:
     """Identify an experiment: hash of :func:`hashed_config`."""
     blob = json.dumps(hashed_config(cfg, ignore), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def key_roles(workload: Workload | None = None) -> dict[str, Role]:
+    """Every dotted key that declares a role (``sciperf.roles``): the shared config's and,
+    given a workload, its own dataclasses' (a workload's key may add to a shared one)."""
+    found = _roles(RootConfig, "")
+    if workload is not None:
+        for section, attr in WORKLOAD_SECTIONS.items():
+            found |= _roles(getattr(workload, attr), f"{section}.")
+    return found
+
+
+def keys_with(flag: str, workload: Workload | None = None) -> list[str]:
+    """The dotted keys whose role sets `flag` (reads, place, local, bench)."""
+    return [key for key, r in key_roles(workload).items() if getattr(r, flag)]
+
+
+def _roles(schema: type, prefix: str) -> dict[str, Role]:
+    """Dotted key → role of every field of dataclass `schema` that declares one, nested
+    dataclasses walked."""
+    out: dict[str, Role] = {}
+    hints = get_type_hints(schema)
+    for f in fields(schema):
+        kind = hints.get(f.name)
+        if is_dataclass(kind):
+            out |= _roles(kind, f"{prefix}{f.name}.")
+        elif (r := role_of(f)) != Role():
+            out[f"{prefix}{f.name}"] = r
+    return out
+
+
+def workload_of(cfg: Any) -> Workload | None:
+    """The workload a run config names (None: none, or not one of the registry's)."""
+    name = OmegaConf.select(cfg, "workload", default=None) if isinstance(cfg, DictConfig) \
+        else getattr(cfg, "workload", None)
+    return get(name) if name in WORKLOADS else None
 
 
 def flat(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from sciperf import __version__, allocator, checkpoint, heartbeat, memory, output, threads
 from sciperf import precision as precision_choice
 from sciperf.backends import EpochProgress, EpochResult, RunContext, load_backend
-from sciperf.config import config_hash, to_container
+from sciperf.config import config_hash, key_roles, to_container
 from sciperf.data.layout import check_output_dir
 from sciperf.data.plan import RankFiles
 from sciperf.data.sharding import local_batch_size
@@ -45,7 +45,7 @@ from sciperf.errors import PeerLostError, SciperfError
 from sciperf.info import git_hash, image_info
 from sciperf.progress import fmt_duration
 from sciperf.results.mllog import MLLogger
-from sciperf.weights import load_npz, save_npz
+from sciperf.weights import save_npz
 from sciperf.workloads import get
 from sciperf.workloads.base import Workload
 
@@ -882,40 +882,33 @@ def _write_failure(exc: BaseException, out: Path, unwritten: list[str]) -> Scipe
                         if left else message)
 
 
-INIT_FILES = ("train.init_weights", "train.init_checkpoint")  # (the latter: OpenFold's)
-# how a missing file is made (a mini's starting checkpoint comes from `prepare`)
-INIT_HINTS = {"train.init_checkpoint": " (a mini's starting checkpoint is made by `sciperf "
-                                       "prepare workload={workload} experiment={experiment}`; "
-                                       "train.init_checkpoint= starts from scratch)"}
-
-
 def _check_init_files(cfg: Any, workload: Workload) -> None:
-    """A starting-weights file that is missing or unreadable, refused before the output is
-    claimed: the backend's setup found it only after result_0.txt and summary.json were
-    written (and an overwrite had deleted the earlier run). The canonical .npz is read
-    whole and checked against the model, as the backend will: a truncated or corrupt
-    file, or one of another model, was found there too."""
-    for key in INIT_FILES:
+    """Every file the run reads (the keys whose role is ``reads``: starting weights, a
+    reference checkpoint), refused before the output is claimed when missing or
+    unreadable — the backend's setup found it only after result_0.txt and summary.json
+    were written (and an overwrite had deleted the earlier run). A key's own check reads
+    deeper (the canonical .npz whole, against the model)."""
+    for key, role in key_roles(workload).items():
         value = OmegaConf.select(cfg, key, default=None)
-        if not value:
+        if not role.reads or not value:
             continue
         path = Path(str(value))
         try:
             if not path.is_file():
                 if path.exists():
                     raise SciperfError(f"{key}={value}: is not a regular file")
-                hint = INIT_HINTS.get(key, "").format(
-                    workload=OmegaConf.select(cfg, "workload", default="…"),
-                    experiment=OmegaConf.select(cfg, "experiment", default="mini"))
+                hint = role.hint.format(workload=workload.name,
+                                        experiment=OmegaConf.select(cfg, "experiment",
+                                                                    default="mini"))
                 raise SciperfError(f"{key}={value}: no such file{hint}")
             with path.open("rb") as fh:
                 fh.read(1)
         except OSError as exc:
             raise SciperfError(f"{key}={value}: cannot be read ({exc.strerror or exc})"
                                ) from None
-        if key == "train.init_weights":  # (OpenFold's reference checkpoint: its loader's)
+        if role.check is not None:
             try:
-                load_npz(path, expected_entries=workload.model_spec(cfg).weight_shapes())
+                role.check(path, cfg, workload)
             except SciperfError as exc:
                 raise SciperfError(f"{key}={value}: {exc}") from None
 

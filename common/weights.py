@@ -26,6 +26,7 @@ import os
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -222,3 +223,10 @@ def load_npz(path: str | Path,
     if expected_entries is not None:
         check_entries(arrays, expected_entries, str(path))
     return arrays
+
+
+def check_init_weights(path: Path, cfg: Any, workload: Any) -> None:
+    """``train.init_weights``: the canonical .npz read whole and checked against the run's
+    model, as the backend will read it (a truncated or corrupt file, or one of another
+    model, is refused before the run's records are written)."""
+    load_npz(path, expected_entries=workload.model_spec(cfg).weight_shapes())

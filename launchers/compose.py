@@ -20,9 +20,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sciperf.config import check_time_limit, config_dir, time_limit_seconds
+from sciperf.config import check_time_limit, config_dir, keys_with, time_limit_seconds
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
+from sciperf.workloads import get
 
 from . import options as typed
 from . import shell
@@ -39,8 +40,9 @@ PROGRAM_KEYS = ("workload", "framework", "experiment", "system", "data.dir", "ou
 # host paths a container sees at the same place (bound there); a relative one given on the
 # command line is made absolute, the container's working directory being another. The
 # system's scratch (its parallel file system) is bound too: datasets there are often links
-# into it, and a program's own paths (a starting checkpoint) live there.
-SAME_PLACE_KEYS = ("data.stage_dir", "train.init_checkpoint", "system.scratch_dir")
+# into it. The files a run reads (the keys whose role is `reads`, sciperf.roles: starting
+# weights, a reference checkpoint) are bound the same way, read-only.
+SAME_PLACE_KEYS = ("data.stage_dir", "system.scratch_dir")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Program:
     output_dir: str | None = None
     binds: tuple[str, ...] = ()
     path_args: bool = True
+    read_only: tuple[str, ...] = ()  # host files bound at the same place, read-only
 
     def words(self, container: Container) -> list[str]:
         words = list(self.argv)
@@ -90,7 +93,7 @@ def command(launcher: Launcher, container: Container, program: Program,
     return [
         launcher.words(alloc, slurm),
         container.words(program.data_dir, program.output_dir, launcher.env_names,
-                        program.binds),
+                        program.binds, program.read_only),
         program.words(container),
     ]
 
@@ -120,20 +123,22 @@ def default_program(cfg: DictConfig, overrides: Sequence[str] | None = None,
             argv.append(given[key])
         elif key in choices:
             argv.append(f"{key}={choices[key]}")
+    reads = tuple(keys_with("reads", get(cfg.workload)))
     for override in overrides or ():
         key = _key(override)
-        if not _is_launch_key(key) and key not in PROGRAM_KEYS + SAME_PLACE_KEYS:
+        if not _is_launch_key(key) and key not in PROGRAM_KEYS + SAME_PLACE_KEYS + reads:
             argv.append(override)
-    binds = []
-    for key in SAME_PLACE_KEYS:  # absolute, and mounted where the host has them
+    binds: dict[str, list[str]] = {"rw": [], "ro": []}
+    for key in SAME_PLACE_KEYS + reads:  # absolute, and mounted where the host has them
         if value := OmegaConf.select(cfg, key, default=None):
-            binds.append(os.path.abspath(str(value)))
+            path = os.path.abspath(str(value))
+            binds["ro" if key in reads else "rw"].append(path)
             if key in given:
-                argv.append(f"{key}={hydra_value(binds[-1])}")
+                argv.append(f"{key}={hydra_value(path)}")
         elif key in given:  # set empty (no starting checkpoint, no staging): as given
             argv.append(given[key])
     return Program(tuple(argv), os.path.abspath(cfg.data.dir), os.path.abspath(cfg.output_dir),
-                   tuple(binds))
+                   tuple(binds["rw"]), read_only=tuple(binds["ro"]))
 
 
 @dataclass

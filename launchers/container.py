@@ -32,7 +32,8 @@ class Container:
         return host
 
     def words(self, data_dir: str | None, output_dir: str | None,
-              env_names: Sequence[str], extra_binds: Sequence[str] = ()) -> list[str]:
+              env_names: Sequence[str], extra_binds: Sequence[str] = (),
+              read_only: Sequence[str] = ()) -> list[str]:
         """The container's part of the command line (between launcher and program)."""
         return []
 
@@ -60,15 +61,17 @@ class _Image(Container):
     separators: ClassVar[str] = ":"
 
     def binds(self, data_dir: str | None, output_dir: str | None,
-              same_place: Sequence[str]) -> list[str]:
+              same_place: Sequence[str], read_only: Sequence[str] = ()) -> list[str]:
         """`SRC:DST[:ro]` entries: data read-only, output writable, the program's paths at
-        the same place, then `container.binds` as given."""
+        the same place (the files it only reads read-only), then `container.binds` as
+        given."""
         binds = []
         if data_dir:
             binds.append(f"{self._host(data_dir, 'data.dir')}:{self.data_mount}:ro")
         if output_dir:
             binds.append(f"{self._host(output_dir, 'output_dir')}:{self.output_mount}")
         binds += [f"{self._host(p, 'a path')}:{p}" for p in same_place]
+        binds += [f"{self._host(p, 'a path')}:{p}:ro" for p in read_only]
         return binds + typed.words(self.options, "binds", "container")
 
     def _host(self, path: str, key: str) -> str:
@@ -90,11 +93,12 @@ class Apptainer(_Image):
     separators = ":,"
 
     def words(self, data_dir: str | None, output_dir: str | None,
-              env_names: Sequence[str], extra_binds: Sequence[str] = ()) -> list[str]:
+              env_names: Sequence[str], extra_binds: Sequence[str] = (),
+              read_only: Sequence[str] = ()) -> list[str]:
         words = [str(self.options.get("executable") or "apptainer"), "exec"]
         if self.gpus:
             words.append("--nv")
-        binds = self.binds(data_dir, output_dir, extra_binds)
+        binds = self.binds(data_dir, output_dir, extra_binds, read_only)
         if binds:
             words += ["--bind", ",".join(binds)]
         return words + self.extra() + [self.image]
@@ -106,11 +110,12 @@ class Docker(_Image):
     name = "docker"
 
     def words(self, data_dir: str | None, output_dir: str | None,
-              env_names: Sequence[str], extra_binds: Sequence[str] = ()) -> list[str]:
+              env_names: Sequence[str], extra_binds: Sequence[str] = (),
+              read_only: Sequence[str] = ()) -> list[str]:
         words = [str(self.options.get("executable") or "docker"), "run", "--rm"]
         if self.gpus:
             words += ["--gpus", "all"]
-        for bind in self.binds(data_dir, output_dir, extra_binds):
+        for bind in self.binds(data_dir, output_dir, extra_binds, read_only):
             words += ["-v", bind]
         words += ["--network", "host", "--ipc", "host"]
         for name in env_names:

@@ -31,7 +31,7 @@ from typing import Any
 from sciperf import allocator
 from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
-from sciperf.config import PRECISIONS, compose
+from sciperf.config import PRECISIONS, compose, key_roles
 from sciperf.data.layout import check_output_dir
 from sciperf.data.loader import BatchLoader
 from sciperf.data.staging import stage_files
@@ -476,22 +476,14 @@ def scaling_case(workload: Workload, framework: str, root: Path, epochs: int = 4
 # the bench's own keys (the rest are config overrides every training row takes)
 BENCH_KEYS = ("bench.cases", "bench.precision", "bench.samples", "bench.batch",
               "bench.epochs", "bench.workers", "bench.isolate", "bench.rounds")
-# config keys each row sets itself: an override of one changed what a row measured while
-# its labels kept the bench's values (`bench.precision=bf16 precision=fp32` timed fp32 in
-# a row labelled bf16); each names the bench key that says it
-SET_BY_BENCH = {
-    "precision": "bench.precision=",
-    "experiment": "bench.cases=",
-    "train.global_batch_size": "bench.batch=",
-    "data.train_samples": "bench.samples=",
-    "data.eval_samples": "bench.samples= (validation holds half)",
-    "train.val_every_iters": "bench.samples= and bench.batch= (an epoch is samples/batch "
-                             "steps)",
-    "data.dir": "output= (the timing data is made under OUTPUT/data)",
-    "data.format": "bench.cases=input (training rows read the workload's fastest format, "
-                   "the input rows every format)",
-    "output_dir": "output=",
-}
+
+
+def set_by_bench(workload: Workload) -> dict[str, str]:
+    """Config keys each row sets itself (their role's ``bench``, sciperf.roles) → the bench
+    option that says it: an override of one changed what a row measured while its labels
+    kept the bench's values (`bench.precision=bf16 precision=fp32` timed fp32 in a row
+    labelled bf16)."""
+    return {key: r.bench for key, r in key_roles(workload).items() if r.bench}
 
 
 @dataclass
@@ -621,15 +613,16 @@ def plan_bench(overrides: list[str]) -> Plan:
     found after minutes of rows, or not at all)."""
     opts = _options(overrides)
     out = _output(opts)
+    name = opts.get("workload", DEFAULT)
+    workload = get(name)
+    own = set_by_bench(workload)
     for key in opts:
         if key.startswith("bench.") and key not in BENCH_KEYS:
             raise SciperfError(f"{key}={opts[key]}: not a bench option (they are "
                                f"{', '.join(BENCH_KEYS)})")
-        if (bare := key.lstrip("+~")) in SET_BY_BENCH:
+        if (bare := key.lstrip("+~")) in own:
             raise SciperfError(f"{key}={opts[key]}: the bench sets {bare} for each row "
-                               f"itself; use {SET_BY_BENCH[bare]}")
-    name = opts.get("workload", DEFAULT)
-    workload = get(name)
+                               f"itself; use {own[bare]}")
     cases = _cases(workload)
     frameworks = _list(opts, "framework", "pytorch")
     only = _list(opts, "bench.cases", None, [*cases.train, "input"])

@@ -139,16 +139,20 @@ def _zeros(cfg) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("key", ["train.init_weights", "train.init_checkpoint"])
 def test_init_files_are_checked(tmp_path: Path, key: str) -> None:
-    """OpenFold's train.init_checkpoint too; other workloads' configs have no such key."""
+    """Every key whose role is `reads`: OpenFold declares train.init_checkpoint (other
+    workloads' configs have no such key), every workload has train.init_weights."""
     section, name = key.split(".")
-    cosmoflow = get("cosmoflow")
+    workload = get("openfold" if name == "init_checkpoint" else "cosmoflow")
     cfg = OmegaConf.create({section: {name: str(tmp_path)}})
     with pytest.raises(SciperfError, match=f"^{key}={tmp_path}: is not a regular file$"):
-        _check_init_files(cfg, cosmoflow)
+        _check_init_files(cfg, workload)
+    with pytest.raises(SciperfError, match=f"^{key}={tmp_path}/no.pt: no such file"):
+        _check_init_files(OmegaConf.create({section: {name: str(tmp_path / "no.pt")}}),
+                          workload)
     (tmp_path / "w.bin").write_bytes(b"x")  # OpenFold's loader reads its own format
     _check_init_files(OmegaConf.create({"train": {"init_checkpoint": str(tmp_path / "w.bin")}}),
-                      cosmoflow)
-    _check_init_files(OmegaConf.create({"train": {"init_weights": ""}}), cosmoflow)
+                      get("openfold"))
+    _check_init_files(OmegaConf.create({"train": {"init_weights": ""}}), workload)
 
 
 def test_init_weights_are_read_and_fitted_to_the_model_before_the_run(tmp_path: Path) -> None:

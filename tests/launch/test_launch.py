@@ -343,19 +343,23 @@ def test_program_paths_reach_the_ranks_as_hydra_reads_them(tmp_path: Path, name:
 def test_relative_stage_dir_and_init_checkpoint_are_bound_where_the_host_has_them(
         tmp_path: Path, monkeypatch) -> None:
     """The program was told `data.stage_dir=stage` — relative to the container's working
-    directory — and an init checkpoint file was passed on but never mounted."""
+    directory — and an init checkpoint file was passed on but never mounted. The files a
+    run reads (the keys whose role is `reads`: the workload's train.init_checkpoint and
+    the generic train.init_weights, which was not bound at all) are bound read-only."""
     monkeypatch.chdir(tmp_path)
     overrides = ["workload=openfold", "launcher=srun", "system=slurm-gpu-node",
                  "container=apptainer", "container.image=x.sif", "data.stage_dir=stage",
                  "train.init_checkpoint=ckpt/init.pt", f"output_dir={OUT}", f"data.dir={DATA}",
-                 "system.scratch_dir=/scratch/proj"]
+                 "system.scratch_dir=/scratch/proj", "train.init_weights=w/start.npz"]
     words = plan(compose(overrides), overrides=overrides).groups
     binds = words[1][words[1].index("--bind") + 1].split(",")
     assert binds[2:] == [f"{tmp_path}/stage:{tmp_path}/stage",
-                         f"{tmp_path}/ckpt/init.pt:{tmp_path}/ckpt/init.pt",
-                         "/scratch/proj:/scratch/proj"]  # the schema said "bound": it was not
+                         "/scratch/proj:/scratch/proj",  # the schema said "bound": it was not
+                         f"{tmp_path}/w/start.npz:{tmp_path}/w/start.npz:ro",
+                         f"{tmp_path}/ckpt/init.pt:{tmp_path}/ckpt/init.pt:ro"]
     assert f"data.stage_dir={tmp_path}/stage" in words[2]
     assert f"train.init_checkpoint={tmp_path}/ckpt/init.pt" in words[2]
+    assert f"train.init_weights={tmp_path}/w/start.npz" in words[2]
     assert not any(w.endswith("=stage") or w.endswith("=ckpt/init.pt") for w in words[2])
     # set empty (no starting checkpoint): passed on as given, not dropped (the ranks then
     # composed the default <data.dir>/pretrained.pt and found no such file)

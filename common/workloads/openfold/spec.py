@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sciperf.errors import SciperfError
+from sciperf.roles import role
 from sciperf.workloads.openfold.sizes import FULL_PARAMETER_COUNT, ModelSpec
 
 __all__ = ["FULL_PARAMETER_COUNT", "ModelSpec"]
@@ -123,8 +124,13 @@ class TrainSpec:
     global_batch_size: int = 128
     max_epochs: int = NUM_TRAIN_ITERS // VAL_EVERY_ITERS
     target: float = TARGET
-    val_every_iters: int = VAL_EVERY_ITERS  # optimizer steps per train/validation cycle
-    init_checkpoint: str = ""  # the reference-format checkpoint to start from ("": none)
+    # optimizer steps per train/validation cycle (the bench times an epoch of its samples)
+    val_every_iters: int = field(default=VAL_EVERY_ITERS, metadata=role(
+        bench="bench.samples= and bench.batch= (an epoch is samples/batch steps)"))
+    # the reference-format checkpoint to start from ("": none)
+    init_checkpoint: str = field(default="", metadata=role(reads=True, hint=(
+        " (a mini's starting checkpoint is made by `sciperf prepare workload={workload} "
+        "experiment={experiment}`; train.init_checkpoint= starts from scratch)")))
     checkpointing: bool = True  # recompute each block in backward (the reference does)
 
 
