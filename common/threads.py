@@ -58,15 +58,12 @@ def layout(cores: int, inter_asked: int, layer_flops: float | None) -> Layout:
 
 def layer_flops(cfg: Any, local_batch: int) -> float | None:
     """Training FLOPs of an average counted layer in one step of `local_batch` samples (the
-    workload's own count, on the data's own samples where they set the cost); None for a
-    workload that counts none."""
+    workload's own count, on the data's own samples where they set the cost); None when
+    it counts no layer."""
     from sciperf.tools.characterize import count_flops, counted_layers
     from sciperf.workloads import get
 
-    workload = get(cfg.workload)
-    if workload.flops is None:
-        return None
-    model = workload.model_spec(cfg)
+    model = get(cfg.workload).model_spec(cfg)
     layers, _ = counted_layers(cfg, model)
     if not layers:
         return None

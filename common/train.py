@@ -346,7 +346,7 @@ def _precision(cfg: Any, workload: Workload, backend: Any,
         # framework's threads and device first (TensorFlow fixes both at its first op)
         threads.apply(cfg, runtime, local_batch_size(cfg.train.global_batch_size, info.world))
         runtime.select_device(info.device)
-    choice = precision_choice.on_this_machine(str(cfg.precision), workload.hot_op, runtime,
+    choice = precision_choice.on_this_machine(str(cfg.precision), workload.cost.hot_op, runtime,
                                               wait_s=0.0 if info.local_rank == 0 else 60.0)
     if info.rank == 0 and choice.asked == precision_choice.AUTO:
         print(f"precision=auto: {choice.precision} ({choice.reason})", flush=True)
@@ -356,15 +356,13 @@ def _precision(cfg: Any, workload: Workload, backend: Any,
 def _check_memory(cfg: Any, workload: Workload, info: RankInfo) -> None:
     """Refuse a local batch whose lower-bound memory exceeds this rank's share of the
     node (sciperf.memory), counted on the data's own graphs where the data sets the cost."""
-    model = workload.model_spec(cfg)
-    if workload.flops_on_data is not None:
+    model, cost = workload.model_spec(cfg), workload.cost
+    if cost.on_data is not None:
         samples = workload.dataset.list_samples(cfg.data.dir, "train", cfg.data.format, 0)
-        layers, _ = workload.flops_on_data(model, Path(cfg.data.dir), str(cfg.data.format),
-                                           samples[:64])
-    elif workload.flops is not None:
-        layers = workload.flops(model)
+        layers = cost.on_data(model, Path(cfg.data.dir), str(cfg.data.format),
+                              samples[:64]).layers
     else:
-        return
+        layers = cost.layers(model)
     memory.check(layers, str(cfg.precision),
                  local_batch_size(cfg.train.global_batch_size, info.world), info.local_size,
                  f"workload={workload.name} experiment={cfg.experiment}")

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from sciperf import allocator
 from sciperf import precision as auto_precision
 from sciperf.backends import RunContext, load_backend
-from sciperf.config import PRECISIONS, compose, key_roles
+from sciperf.config import PRECISIONS, compose, key_roles, keys_with
 from sciperf.data.layout import check_output_dir
 from sciperf.data.loader import BatchLoader
 from sciperf.data.staging import stage_files
@@ -63,18 +65,23 @@ def _cases(workload: Workload) -> Any:
 
 def train_case(framework: str, experiment: str, precision: str, root: Path,
                extra: list[str], shape: dict[str, int] | None = None) -> dict[str, Any]:
-    """Samples/s of train_epoch after one warm-up epoch (the real backend path).
+    """Samples/s of train_epoch after one warm-up epoch (the real backend path), on the
+    workload's fastest format, from the model's own initialisation (every file the run
+    would read is set empty unless the bench's overrides name it: a row's speed does not
+    depend on the weights, and the timing data has none).
 
     `shape` replaces the case's `samples`, `batch` or `epochs` (``bench.samples=`` …): the
     cases are sized for a 2-core CPU, where a GPU times two full steps in milliseconds."""
     base = compose([f"experiment={experiment}", f"framework={framework}"] + extra)
     workload = get(base.workload)
     cases = _cases(workload)
-    extra = [*cases.overrides, *extra]
-    sized = dict(zip(("samples", "batch", "epochs"), cases.train[experiment], strict=True))
-    n, gbs, epochs = (sized | (shape or {})).values()
+    extra = [*(f"{key}=" for key in keys_with("reads", workload)
+               if OmegaConf.select(base, key, default=None)), *extra]
+    case = cases.train[experiment]
+    sized = case._asdict() | (shape or {})
+    n, gbs, epochs = sized["samples"], sized["batch"], sized["epochs"]
     n_eval = max(n // 2, 1)
-    fmt = cases.format
+    fmt = workload.formats[-1]
     folder = cases.dataset(root, workload.model_spec(base), fmt, n)
     epoch = workload.plan.epoch_overrides(n, gbs)  # an epoch of n samples in batches of gbs
     cfg = compose([f"experiment={experiment}", f"framework={framework}", f"data.dir={folder}",
@@ -88,7 +95,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
     backend.setup(RunContext(cfg, workload, train, evals, gbs))
     peak_flops = backend.peak_flops(precision)  # before the row: its buffers not in its peak
     backend.device_memory_peak_mb()  # a GPU's peak counts from here
-    warm = experiment not in cases.cold
+    warm = case.warm_up
     if warm:
         backend.train_epoch(0, workload.lr_for_epoch(cfg, 0))  # allocations, kernels
     samples, seconds, per_epoch = 0, 0.0, []
@@ -118,7 +125,7 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             # each timed epoch's own rate: a total hides an epoch that ran late (tf.data's
             # autotuning once made some TensorFlow epochs end late: README, "Speed on a CPU")
             "samples_per_s_by_epoch": per_epoch,
-            **_per_unit(cases, folder, fmt, train, rate),
+            **_per_unit(workload, workload.model_spec(cfg), folder, fmt, train, rate),
             "peak_flops": peak_flops, "train_flops_per_sample": flops,
             "achieved_flops": significant(rate * flops),
             # of the measured matmul peak: how far the model is from the machine's ceiling
@@ -219,13 +226,13 @@ def _device(name: str) -> str:
     return f"{info['cpu']} ({info['cores']} cores, {', '.join(units) or 'no bf16 units'})"
 
 
-def _per_unit(cases: Any, folder: Path, fmt: str, samples: list[Path],
+def _per_unit(workload: Workload, model: Any, folder: Path, fmt: str, samples: list[Path],
               rate: float) -> dict[str, float]:
-    """`<unit>_per_s` for the sizes that vary between samples (``BenchCases.extent``: an
+    """`<unit>_per_s` for the sizes that vary between samples (``Cost.on_data``'s units: an
     OC20 structure's atoms): samples/s alone would rank a run on small graphs first."""
-    if cases.extent is None:
+    if workload.cost.on_data is None:
         return {}
-    means = cases.extent(folder, fmt, samples)
+    means = workload.cost.on_data(model, folder, fmt, samples).units
     return {f"{unit}_per_sample": round(mean, 2) for unit, mean in means.items()} | {
         f"{unit}_per_s": round(rate * mean, 1) for unit, mean in means.items()}
 
@@ -300,7 +307,7 @@ def input_case(workload: Workload, sizes: dict[str, Any], fmt: str, root: Path,
             "samples": count, "passes": passes, "warm_up": warm_up,
             "seconds": round(seconds, 3), "samples_per_s": round(count / seconds, 2),
             **({"samples_per_s_by_pass": by_pass} if passes > 1 else {}),
-            **_per_unit(cases, folder, fmt, files, count / seconds),
+            **_per_unit(workload, model, folder, fmt, files, count / seconds),
             "MB_per_s": round(mb * passes / seconds, 1)}
 
 
@@ -520,8 +527,7 @@ class Plan:
         is not mistaken for a whole bench)."""
         cases = _cases(self.workload)
         return [*self.experiments, *(["input"] if not self.only or "input" in self.only else []),
-                *(["staging"] if cases.staging and not self.only else []),
-                *(["scaling"] if cases.scaling and not self.only else [])]
+                *([] if self.only else cases.rows)]
 
     def asked(self) -> dict[str, Any]:
         """The cases and options of this bench, as the JSON records them."""
@@ -701,8 +707,8 @@ def _check_sizes(plan: Plan) -> None:
     of 8 was a child's traceback)."""
     cases, data_plan = _cases(plan.workload), plan.workload.plan
     for experiment in plan.experiments:
-        n, gbs, _ = (dict(zip(("samples", "batch", "epochs"), cases.train[experiment],
-                              strict=True)) | plan.shape).values()
+        sized = cases.train[experiment]._asdict() | plan.shape
+        n, gbs = sized["samples"], sized["batch"]
         what = (f"{_named('samples', n, plan.shape, experiment)}, "
                 f"{_named('batch', gbs, plan.shape, experiment)}")
         if gbs > n:
@@ -730,7 +736,7 @@ def _check_overrides(plan: Plan) -> None:
     cases = _cases(plan.workload)
     for fw in plan.frameworks:
         for experiment in plan.experiments or [next(iter(cases.train))]:
-            compose([f"experiment={experiment}", f"framework={fw}", *cases.overrides,
+            compose([f"experiment={experiment}", f"framework={fw}",
                      *([] if "workload" in (o.split("=")[0] for o in plan.extra)
                        else [f"workload={plan.name}"]), *plan.extra])
     unused = [o for o in plan.extra if not o.startswith("workload=")]
@@ -792,7 +798,7 @@ def _auto_choice(framework: str, workload: Workload) -> dict[str, Any]:
     a run)."""
     runtime = load_backend(framework, workload.name).runtime
     runtime.setup_threads(0)
-    return auto_precision.on_this_machine(auto_precision.AUTO, workload.hot_op,
+    return auto_precision.on_this_machine(auto_precision.AUTO, workload.cost.hot_op,
                                           runtime).as_dict()
 
 

@@ -6,7 +6,7 @@ Counted from the model spec, not measured, so the numbers hold for every framewo
   FLOPs each (what torch's FlopCounterMode counts; bias adds, norms, the ASPP affine,
   activations, pooling, upsampling, dropout and the loss are left out — under 0.1 % for
   a plain CNN, about 0.4 % for a normalised segmentation net at ~4 FLOPs per feature-map
-  element). Each workload lists its counted layers (``Workload.flops``, its ``flops.py``).
+  element). Each workload lists its counted layers (``Cost.layers``, its ``flops.py``).
   A conv's multiply-adds are prod(weight shape) × its OUTPUT positions (a depthwise conv's
   weight is c·1·k·k), a transposed conv's × its INPUT positions, as FlopCounterMode counts
   them (padding included). Forward: Σ 2·MACs. Backward: each layer's weight gradient costs
@@ -17,12 +17,12 @@ Counted from the model spec, not measured, so the numbers hold for every framewo
   (groups ignored: c × the real work for a depthwise conv); the tests show the difference
   is exactly that and nothing else. A training sample costs forward + backward; an
   evaluation sample its forward. A model whose output is a derivative states its passes
-  (``Workload.flops_passes``): OC20's forces −∂E/∂pos cost one more forward-sized pass
+  (``Cost.passes``): OC20's forces −∂E/∂pos cost one more forward-sized pass
   (each layer's input gradient), and training differentiates both passes with respect to
   weights and inputs (2 × 2 forwards): training 6×, evaluation 2× the forward.
   Where the data sets a sample's cost (OC20: atoms, edges, triplets of each graph) and
   data.dir holds training data, the layers are counted on the mean sizes of its first 64
-  training samples (``Workload.flops_on_data``), else on the spec's typical sample; the
+  training samples (``Cost.on_data``), else on the spec's typical sample; the
   result's ``flops_source`` says which.
 * Bytes read per sample and per epoch: the mean size of the sample files of the data
   format (data.dir when its train split holds them, e.g. gzip'ed TFRecords), else the
@@ -56,15 +56,6 @@ from sciperf.workloads.base import Layer, Workload
 FP32_BYTES = 4
 
 
-def _counted(name: str) -> Workload:
-    """The workload, if its contract can count layers (``Workload.flops``)."""
-    supported = tuple(w for w in WORKLOADS if get(w).flops is not None)
-    if name not in supported:
-        raise SciperfError(f"characterize counts {', '.join(supported)} only, not "
-                           f"workload={name}")
-    return get(name)
-
-
 def _owner(model: Any) -> Workload:
     """The workload whose contract defines the model spec's class (``Workload.model``)."""
     owner = next((get(w) for w in WORKLOADS if isinstance(model, get(w).model)), None)
@@ -75,7 +66,7 @@ def _owner(model: Any) -> Workload:
 
 def layers(model: Any) -> list[Layer]:
     """The counted layers of a model spec, by the workload that owns its class."""
-    return _counted(_owner(model).name).flops(model)  # type: ignore[misc]
+    return _owner(model).cost.layers(model)
 
 
 @dataclass
@@ -104,7 +95,7 @@ def count_flops(model: Any, found: list[Layer] | None = None) -> Counts:
     forward = sum(2 * layer.macs for layer in found)
     first = 2 * found[0].macs
     params = sum(layer.params for layer in found)
-    passes = _owner(model).flops_passes
+    passes = _owner(model).cost.passes
     if passes is not None:
         train, evaluation = passes
         return Counts(forward, round((train - 1) * forward), params, first,
@@ -127,14 +118,15 @@ def _train_samples(cfg: Any) -> tuple[Path, str, list[Path]] | None:
 
 def counted_layers(cfg: Any, model: Any) -> tuple[list[Layer], str]:
     """The layers to count and where their input sizes come from: a workload whose cost
-    the data sets (``Workload.flops_on_data``) counts the first 64 training samples of
-    data.dir when it holds them; otherwise the model spec's own sizes."""
-    workload = _counted(cfg.workload)
-    found = _train_samples(cfg) if workload.flops_on_data is not None else None
-    if found is not None:
+    the data sets (``Cost.on_data``) counts the first 64 training samples of data.dir
+    when it holds them; otherwise the model spec's own sizes."""
+    cost = get(cfg.workload).cost
+    found = _train_samples(cfg) if cost.on_data is not None else None
+    if found is not None and cost.on_data is not None:
         folder, fmt, samples = found
-        return workload.flops_on_data(model, folder, fmt, samples[:64])  # type: ignore[misc]
-    if workload.flops_on_data is not None:
+        counted = cost.on_data(model, folder, fmt, samples[:64])
+        return counted.layers, counted.source
+    if cost.on_data is not None:
         return layers(model), "the spec's typical sample (no training data in data.dir)"
     return layers(model), "the model's input size"
 
@@ -180,7 +172,7 @@ def characterize(cfg: Any, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The numbers, as a JSON-ready dict. A measured run's own model/data/batch config is
     used so the counts describe what ran."""
     from omegaconf import OmegaConf
-    workload = _counted(cfg.workload)
+    workload = get(cfg.workload)
     if run is not None:
         if run["benchmark"] != cfg.workload:
             raise SciperfError(f"the run is {run['benchmark']}, not workload={cfg.workload}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -84,33 +84,44 @@ class Metric:
         return value >= goal if self.higher_is_better else value <= goal
 
 
+class TrainCase(NamedTuple):
+    """One training row of ``sciperf bench``: samples, global batch, timed epochs, and
+    whether an untimed warm-up epoch comes first (its one-time costs — allocations,
+    kernel selection — left out; where one step takes minutes, OpenFold full, a warm-up
+    would double the row's time for a few percent)."""
+
+    samples: int
+    batch: int
+    epochs: int
+    warm_up: bool = True
+
+
+BENCH_ROWS = ("staging", "scaling")  # rows a workload may add beyond training and input
+
+
 @dataclass(frozen=True)
 class BenchCases:
     """What ``sciperf bench`` times for a workload.
 
-    ``train``: experiment → (train samples, global batch, timed epochs);
+    ``train``: experiment → its :class:`TrainCase` (the rows read the workload's fastest
+    format, the last of ``Dataset.formats``, and start from the model's own
+    initialisation: a row's speed does not depend on the weights);
     ``input``: (model overrides of one input size, samples) pairs for the loader rows;
     ``dataset(root, model, fmt, n)``: a small synthetic set for timing (re-used when
-    complete); ``size(model)``: the input size as the JSON rows report it.
+    complete); ``size(model)``: the input size as the JSON rows report it; ``rows``: more
+    rows from :data:`BENCH_ROWS` (staging against ``cp -r``, 1 vs 2 ranks through the
+    real launcher).
     """
 
-    train: Mapping[str, tuple[int, int, int]]
+    train: Mapping[str, TrainCase]
     input: tuple[tuple[Mapping[str, Any], int], ...]
     dataset: Callable[[Path, Any, str, int], Path]
     size: Callable[[Any], Any]
-    # per-sample means of sizes that vary between samples (OC20: atoms, edges) over
-    # (folder, format, samples): rows add `<size>_per_s` beside samples/s; None: fixed sizes
-    extent: Callable[[Path, str, list[Path]], Mapping[str, float]] | None = None
-    staging: bool = False  # time staging against cp -r on this workload's data
-    scaling: bool = False  # time 1 vs 2 ranks through the real launcher
-    format: str = "npy"  # the format the training rows read (the fastest the workload has)
-    # config overrides every timed row adds (OpenFold: no starting checkpoint — a row's
-    # speed does not depend on the weights, and the timing data has none)
-    overrides: tuple[str, ...] = ()
-    # experiments timed without the warm-up epoch (its one-time costs — allocations,
-    # kernel selection — counted in): where one step takes minutes (OpenFold full) a
-    # warm-up would double the row's time for a few percent
-    cold: tuple[str, ...] = ()
+    rows: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if unknown := set(self.rows) - set(BENCH_ROWS):
+            raise ValueError(f"bench rows {sorted(unknown)} are not among {BENCH_ROWS}")
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,42 @@ class Layer:
     macs: int
     params: int
     outputs: int = 0
+
+
+@dataclass(frozen=True)
+class DataCost:
+    """Counted layers on a dataset's own samples, a line saying where their sizes come
+    from, and the mean per-sample sizes that vary (``{"atoms": 73.2, …}``: bench's
+    per-unit rates beside samples/s)."""
+
+    layers: list[Layer]
+    source: str
+    units: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a workload's training step computes, as characterize, bench, the memory check,
+    the thread layout and ``precision=auto`` count it.
+
+    ``layers(model)``: the counted layers of a typical sample of the spec;
+    ``hot_op``: the op most training time goes to (``conv3d``, ``conv2d``, ``matmul``) —
+    what precision=auto times in fp32 and bf16 on a CPU (sciperf.precision);
+    ``passes``: (training, evaluation) FLOPs per sample as multiples of the forward, for
+    models whose output is itself a derivative (OC20's forces) or that recycle
+    (OpenFold); None: forward + backward and the forward (characterize's convention);
+    ``on_data(model, folder, fmt, samples)``: the :class:`DataCost` where the data sets
+    the cost (OC20's graphs); None: every sample costs the typical one.
+    """
+
+    layers: Callable[[Any], list[Layer]]
+    hot_op: str = "matmul"
+    passes: tuple[float, float] | None = None
+    on_data: Callable[[Any, Path, str, list[Path]], DataCost] | None = None
+
+    def __post_init__(self) -> None:
+        if self.hot_op not in HOT_OPS:
+            raise ValueError(f"hot_op={self.hot_op} is not one of {', '.join(HOT_OPS)}")
 
 
 def _no_check(cfg: Any) -> None:
@@ -178,27 +225,11 @@ class Workload:
     runs_for_score: int
     rcp_epochs: Mapping[int, float]  # epochs to converge by global batch size (RCP means)
     full_parameter_count: int
+    cost: Cost  # what a training step computes (characterize, bench, memory, precision)
     check_config: Callable[[Any], None] = _no_check  # model/opt values the schema can't restrict
     check_run: Callable[[Any], None] = _no_check  # closed-division rules on the user's choices
-    flops: Callable[[Any], list[Layer]] | None = None  # counted layers of a model spec
-    # counted layers on a dataset's own samples, for models whose cost the data sets (OC20's
-    # graphs): (model, folder, format, samples) → (layers, where the sizes come from);
-    # characterize uses it when data.dir holds data, ``flops`` otherwise
-    flops_on_data: Callable[[Any, Path, str, list[Path]], tuple[list[Layer], str]] | None = None
-    # (training, evaluation) FLOPs per sample as multiples of the forward, for models whose
-    # output is itself a derivative (OC20's forces: −∂E/∂pos); None: forward + backward and
-    # the forward (characterize's convention)
-    flops_passes: tuple[float, float] | None = None
-    bench: BenchCases | None = None
-    dali: DaliFormat | None = None
-    # the op most of the training time goes to (conv3d, conv2d, matmul): what
-    # precision=auto times in fp32 and bf16 on a CPU (sciperf.precision)
-    hot_op: str = "matmul"
-
-    def __post_init__(self) -> None:
-        if self.hot_op not in HOT_OPS:
-            raise ValueError(f"{self.name}: hot_op={self.hot_op} is not one of "
-                             f"{', '.join(HOT_OPS)}")
+    bench: BenchCases | None = None  # what `sciperf bench` times (None: no cases)
+    dali: DaliFormat | None = None  # DALI's npy reading and transform (None: no DALI path)
 
     def epoch_num(self, cfg: Any, epoch: int) -> int:
         """MLLOG's ``epoch_num`` of 1-based `epoch` (the plan's unit, the reference's)."""

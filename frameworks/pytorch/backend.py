@@ -154,7 +154,7 @@ class WorkloadBackend(FrameworkBackend):
         self.threads = threads.apply(cfg, runtime, ctx.local_batch)
         runtime.seed_everything(cfg.seed)
         self.device = runtime.select_device(ctx.info.device)
-        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
+        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.cost.hot_op)
         runtime.set_precision(self.device, cfg.precision)
         self.comm = Comm(ctx.info, cfg.distributed.backend, self.device,
                          cfg.distributed.timeout_s, cfg.distributed.single_rank_group)

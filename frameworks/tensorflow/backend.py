@@ -136,7 +136,7 @@ class WorkloadBackend(FrameworkBackend):
         self.cfg, self.ctx, self.workload = cfg, ctx, ctx.workload
         self.threads = threads.apply(cfg, runtime, ctx.local_batch)
         self.device = runtime.select_device(ctx.info.device)
-        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.hot_op)
+        cfg = self.cfg = precision.concrete(cfg, runtime, self.workload.cost.hot_op)
         try:
             self.workload.check_config(cfg)
             self.check(ctx)

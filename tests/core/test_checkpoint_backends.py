@@ -11,7 +11,7 @@ import pytest
 
 from sciperf import checkpoint
 from sciperf.backends import RunContext, implemented, load_backend
-from sciperf.config import compose
+from sciperf.config import compose, keys_with
 from sciperf.workloads import WORKLOADS, get
 
 
@@ -19,16 +19,16 @@ def _backend(framework: str, name: str, root: Path):
     """A mini backend on the workload's bench timing data, 2 steps per epoch."""
     w = get(name)
     base = compose([f"workload={name}", "experiment=mini", f"framework={framework}"])
-    n, gbs, _ = w.bench.train["mini"]
+    n, gbs = w.bench.train["mini"].samples, w.bench.train["mini"].batch
     gbs = max(gbs // 2, 1)
     n = 2 * gbs
-    fmt = w.bench.format
-    folder = w.bench.dataset(root, w.model_spec(base), fmt, w.bench.train["mini"][0])
+    fmt = w.formats[-1]  # the fastest format (the bench's training rows read it)
+    folder = w.bench.dataset(root, w.model_spec(base), fmt, w.bench.train["mini"].samples)
     epoch = w.plan.epoch_overrides(n, gbs)  # a workload that draws its samples: 2 steps too
     cfg = compose([f"workload={name}", "experiment=mini", f"framework={framework}",
                    f"data.dir={folder}", f"data.format={fmt}", f"data.train_samples={n}",
                    f"data.eval_samples={gbs}", f"train.global_batch_size={gbs}", *epoch,
-                   *w.bench.overrides])
+                   *(f"{key}=" for key in keys_with("reads", w))])  # from scratch
     backend = load_backend(framework, name)
     backend.setup(RunContext(cfg, w, w.dataset.list_samples(folder, "train", fmt, n),
                              w.dataset.list_samples(folder, "validation", fmt, gbs), gbs))

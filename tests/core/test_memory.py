@@ -28,7 +28,7 @@ def test_layer_outputs_are_the_pytorch_models_output_sizes(name: str) -> None:
     w = get(name)
     spec = w.model_spec(compose([f"workload={name}", "experiment=mini"]))
     want: dict[str, int] = {}
-    for layer in w.flops(spec):
+    for layer in w.cost.layers(spec):
         want[layer.kind] = want.get(layer.kind, 0) + layer.outputs
     if name == "cosmoflow":
         from sciperf_pytorch.workloads.cosmoflow.model import CosmoFlow
@@ -56,7 +56,7 @@ def test_layer_outputs_are_the_pytorch_models_output_sizes(name: str) -> None:
 
 def _full_cosmoflow() -> list:
     w = get("cosmoflow")
-    return w.flops(w.model_spec(compose(["workload=cosmoflow", "experiment=full"])))
+    return w.cost.layers(w.model_spec(compose(["workload=cosmoflow", "experiment=full"])))
 
 
 def test_the_bound_refuses_what_cannot_fit_and_passes_what_may() -> None:

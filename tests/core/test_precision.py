@@ -169,9 +169,9 @@ def test_an_unwritable_cache_measures_at_once_instead_of_waiting(tmp_path: Path,
 def test_workloads_name_their_hot_op_and_a_wrong_one_is_refused() -> None:
     from dataclasses import replace
 
-    assert get("cosmoflow").hot_op == "conv3d" and get("deepcam").hot_op == "conv2d"
+    assert get("cosmoflow").cost.hot_op == "conv3d" and get("deepcam").cost.hot_op == "conv2d"
     with pytest.raises(ValueError, match="hot_op=conv4d is not one of conv3d, conv2d, matmul"):
-        replace(get("cosmoflow"), hot_op="conv4d")
+        replace(get("cosmoflow").cost, hot_op="conv4d")
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])

@@ -21,7 +21,7 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     pytest.importorskip("torch")
     w = get(name)
     row = bench.train_case("pytorch", "mini", "fp32", tmp_path, [f"workload={name}"])
-    n, gbs, epochs = w.bench.train["mini"]
+    n, gbs, epochs, _ = w.bench.train["mini"]
     mini = w.model_spec(compose([f"workload={name}", "experiment=mini"]))
     assert row["parameters"] == mini.parameter_count()
     assert row["input_size"] == w.bench.size(mini)
@@ -38,12 +38,12 @@ def test_mini_train_case_runs_the_real_backend(name: str, tmp_path: Path) -> Non
     assert row["device"].startswith(f"{machine()['cpu']} ({machine()['cores']} cores, ")
     # the model's counted training FLOPs (as `characterize` counts them) against the peak
     assert row["train_flops_per_sample"] > 0
-    if w.bench.extent is None:  # fixed sizes: the spec's count (graphs: counted on the data)
+    if w.cost.on_data is None:  # fixed sizes: the spec's count (graphs: counted on the data)
         assert row["train_flops_per_sample"] == count_flops(mini).train
     assert row["fraction_of_peak"] == pytest.approx(
         row["samples_per_s"] * row["train_flops_per_sample"] / row["peak_flops"], rel=5e-3)
     per_unit = {k for k in row if k.endswith("_per_s")} - {"samples_per_s"}
-    if w.bench.extent is None:  # fixed-size samples: samples/s says it all
+    if w.cost.on_data is None:  # fixed-size samples: samples/s says it all
         assert not per_unit
     else:  # graphs: one rate per varying size, at samples/s × the mean size
         assert per_unit
@@ -82,13 +82,15 @@ def test_bench_cases_selects_rows_and_names_an_unknown_one() -> None:
 
 @pytest.mark.parametrize("cold", [False, True])
 def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypatch) -> None:
-    """BenchCases.cold (OpenFold full: a step is minutes): no warm-up epoch runs, the first
-    epoch is the timed one and the row says so; other cases warm up once, untimed."""
+    """TrainCase.warm_up=False (OpenFold full: a step is minutes): no warm-up epoch runs,
+    the first epoch is the timed one and the row says so; other cases warm up once,
+    untimed."""
     from dataclasses import replace
 
     pytest.importorskip("torch")
     w = get("cosmoflow")
-    cases = replace(w.bench, cold=("mini",) if cold else ())
+    cases = replace(w.bench, train={**w.bench.train,
+                                    "mini": w.bench.train["mini"]._replace(warm_up=not cold)})
     monkeypatch.setattr(bench, "get", lambda name: replace(w, bench=cases))
     epochs: list[int] = []
     real = bench.load_backend
@@ -101,7 +103,7 @@ def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypat
 
     monkeypatch.setattr(bench, "load_backend", counting)
     row = bench.train_case("pytorch", "mini", "fp32", tmp_path, ["workload=cosmoflow"])
-    timed = w.bench.train["mini"][2]
+    timed = w.bench.train["mini"].epochs
     assert row["warm_up"] is not cold
     assert epochs == (list(range(timed)) if cold else list(range(timed + 1)))
 

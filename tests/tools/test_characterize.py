@@ -317,17 +317,16 @@ def test_errors(tmp_path):
     assert proc.returncode == 2 and "no summary.json" in proc.stderr
 
 
-def test_workload_without_a_layer_table_is_one_clear_error(monkeypatch):
-    """A workload the registry knows but characterize does not count yet (simulated: every
-    registered workload is counted, so oc20's table is taken away) fails naming what is
-    counted."""
-    from dataclasses import replace
+def test_a_workload_cannot_be_declared_without_its_layer_table():
+    """Characterize, bench, the memory check and the thread layout count every workload's
+    layers, so the contract requires them (``Workload.cost``): a workload without them is
+    refused where it is declared, not when a tool first asks."""
+    from dataclasses import fields, replace
 
-    from sciperf.tools import characterize as tool
-    real = tool.get
-    monkeypatch.setattr(tool, "get", lambda name: replace(real(name), flops=None)
-                        if name == "oc20" else real(name))
-    cfg = compose(["workload=oc20"])
-    with pytest.raises(SciperfError,
-                       match=r"counts cosmoflow, deepcam, openfold only.*workload=oc20"):
-        characterize(cfg)
+    from sciperf.workloads import get
+    from sciperf.workloads.base import Workload
+    oc20 = get("oc20")
+    kept = {f.name: getattr(oc20, f.name) for f in fields(Workload) if f.name != "cost"}
+    with pytest.raises(TypeError, match="cost"):
+        Workload(**kept)
+    assert replace(oc20).cost.layers(oc20.model())

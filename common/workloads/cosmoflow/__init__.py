@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from sciperf.data.plan import StrictPlan
-from sciperf.workloads.base import Dataset, Metric, Workload
+from sciperf.workloads.base import Cost, Dataset, Metric, Workload
 from sciperf.workloads.cosmoflow import bench, dali, data, flops, prepare, spec
 
 WORKLOAD = Workload(
@@ -26,5 +26,5 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config,
-    flops=flops.layers, bench=bench.CASES, dali=dali.FORMAT, hot_op="conv3d",
+    cost=Cost(flops.layers, hot_op="conv3d"), bench=bench.CASES, dali=dali.FORMAT,
 )

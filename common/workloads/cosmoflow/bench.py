@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sciperf.workloads.base import BenchCases
+from sciperf.workloads.base import BenchCases, TrainCase
 from sciperf.workloads.cosmoflow import synthetic
 
 
@@ -22,10 +22,9 @@ def dataset(root: Path, model: Any, fmt: str, n_train: int) -> Path:
 CASES = BenchCases(
     # experiment → (samples, GBS, epochs): ~1 s timed for the mini (0.2 s varied 1.2× run
     # to run), 4 full-size steps
-    train={"mini": (64, 16, 8), "full": (16, 4, 1)},
+    train={"mini": TrainCase(64, 16, 8), "full": TrainCase(16, 4, 1)},
     input=(({"input_size": 32}, 64), ({"input_size": 128}, 8)),
     dataset=dataset,
     size=lambda model: int(model.input_size),
-    staging=True,
-    scaling=True,
+    rows=("staging", "scaling"),
 )

@@ -10,7 +10,7 @@ trains on ⌊n/ranks⌋ samples in full batches only, and validation shards diff
 from __future__ import annotations
 
 from sciperf.data.plan import UnevenPlan
-from sciperf.workloads.base import Dataset, Metric, Workload
+from sciperf.workloads.base import Cost, Dataset, Metric, Workload
 from sciperf.workloads.deepcam import bench, dali, data, flops, prepare, spec
 
 WORKLOAD = Workload(
@@ -30,5 +30,5 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    flops=flops.layers, bench=bench.CASES, dali=dali.FORMAT, hot_op="conv2d",
+    cost=Cost(flops.layers, hot_op="conv2d"), bench=bench.CASES, dali=dali.FORMAT,
 )

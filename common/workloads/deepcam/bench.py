@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sciperf.workloads.base import BenchCases
+from sciperf.workloads.base import BenchCases, TrainCase
 from sciperf.workloads.deepcam import synthetic as climate
 
 
@@ -21,8 +21,9 @@ def dataset(root: Path, model: Any, fmt: str, n_train: int) -> Path:
 
 
 CASES = BenchCases(
-    # full: one sample per epoch, one warm-up step and one timed step
-    train={"mini": (32, 8, 8), "full": (3, 1, 1)},  # mini: ~2 s timed; full: 3 steps
+    # mini: ~2 s timed; full: one sample per epoch, one warm-up step and one timed step
+    # (3 steps)
+    train={"mini": TrainCase(32, 8, 8), "full": TrainCase(3, 1, 1)},
     input=(({"height": 96, "width": 144}, 64), ({"height": 768, "width": 1152}, 8)),
     dataset=dataset,
     size=lambda model: [int(model.height), int(model.width)],

@@ -13,7 +13,7 @@ every validation structure is evaluated once).
 from __future__ import annotations
 
 from sciperf.data.plan import UnevenPlan
-from sciperf.workloads.base import Dataset, Metric, Workload
+from sciperf.workloads.base import Cost, Dataset, Metric, Workload
 from sciperf.workloads.oc20 import bench, data, flops, prepare, spec
 
 WORKLOAD = Workload(
@@ -32,6 +32,6 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    flops=flops.layers, flops_on_data=flops.layers_on_data, flops_passes=spec.FLOPS_PASSES,
+    cost=Cost(flops.layers, passes=spec.FLOPS_PASSES, on_data=flops.cost_on_data),
     bench=bench.CASES,
 )

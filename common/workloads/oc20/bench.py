@@ -15,8 +15,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from sciperf.workloads.base import BenchCases
-from sciperf.workloads.oc20 import flops, spec, synthetic
+from sciperf.workloads.base import BenchCases, TrainCase
+from sciperf.workloads.oc20 import spec, synthetic
 
 # The mini input row's cutoff: oc20_mini.yaml's model.cutoff (the tests compare the two).
 MINI_CUTOFF = 4.0
@@ -66,9 +66,9 @@ CASES = BenchCases(
     # mini: 4 steps of 8 per epoch, 2 timed epochs; full: the reference model on
     # reference-sized graphs, 2 steps of 2 structures per epoch, 2 timed (≈ 1 s a step on
     # 2 cores): a single timed step varied by 1.5× between runs
-    train={"mini": (32, 8, 8), "full": (4, 2, 2)},  # mini: ~1.5 s timed (0.3 s varied)
+    # mini: ~1.5 s timed (0.3 s varied)
+    train={"mini": TrainCase(32, 8, 8), "full": TrainCase(4, 2, 2)},
     input=(({"cutoff": MINI_CUTOFF}, 128), ({}, 64)),
     dataset=dataset,
     size=size,
-    extent=flops.extent,
 )

@@ -17,10 +17,10 @@ The embedding table and the radial frequencies are parameters without multiply-a
 (a lookup, an elementwise sine). Gathers, scatter sums, the bases and the activations are
 elementwise and left out, as characterize's convention leaves them out everywhere.
 
-:func:`layers` (what ``Workload.flops`` gives characterize) counts a typical OC20 structure
+:func:`layers` (``Cost.layers``, what characterize counts) counts a typical OC20 structure
 of the reference graph (6 Å, at most 50 neighbours); :func:`layers_for` counts any sizes,
 e.g. the means :func:`graph_sizes` measures on a dataset's structures, which
-:func:`layers_on_data` (``Workload.flops_on_data``) reads from the files a run trains on.
+:func:`cost_on_data` (``Cost.on_data``) reads from the files a run trains on.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.workloads.base import Layer
+from sciperf.workloads.base import DataCost, Layer
 from sciperf.workloads.oc20 import data, graph
 from sciperf.workloads.oc20.spec import ModelSpec
 
@@ -142,18 +142,13 @@ def sizes_on_data(fmt: str, samples: Sequence[Path], cutoff: float = math.inf) -
         reader.close()
 
 
-def layers_on_data(model: ModelSpec, folder: Path, fmt: str,
-                   samples: Sequence[Path]) -> tuple[list[Layer], str]:
-    """The counted layers on the mean graph of `samples` (``Workload.flops_on_data``), and
-    a line saying so: the mini's 4 Å / 12-neighbour slabs cost a fraction of OC20's."""
+def cost_on_data(model: ModelSpec, folder: Path, fmt: str,
+                 samples: Sequence[Path]) -> DataCost:
+    """The counted layers on the mean graph of `samples` (``Cost.on_data``), a line saying
+    so (the mini's 4 Å / 12-neighbour slabs cost a fraction of OC20's), and the mean atoms
+    and edges per structure (bench's per-atom rates)."""
     sizes = sizes_on_data(fmt, samples, float(model.cutoff))
     source = (f"mean of {len(samples)} training structures in {folder}: {sizes.atoms:.1f} "
               f"atoms, {sizes.edges:.1f} edges, {sizes.triplets:.1f} triplets")
-    return layers_for(model, sizes.atoms, sizes.edges, sizes.triplets), source
-
-
-def extent(folder: Path, fmt: str, samples: Sequence[Path]) -> dict[str, float]:
-    """Mean atoms and edges per structure of `samples` (bench's per-atom rates)."""
-    del folder  # the samples name their containers
-    sizes = sizes_on_data(fmt, samples)
-    return {"atoms": sizes.atoms, "edges": sizes.edges}
+    return DataCost(layers_for(model, sizes.atoms, sizes.edges, sizes.triplets), source,
+                    {"atoms": sizes.atoms, "edges": sizes.edges})

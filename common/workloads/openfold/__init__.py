@@ -20,7 +20,7 @@ one whole chain per batch.
 from __future__ import annotations
 
 from sciperf.data.plan import SampledPlan
-from sciperf.workloads.base import Dataset, Metric, Workload
+from sciperf.workloads.base import Cost, Dataset, Metric, Workload
 from sciperf.workloads.openfold import bench, data, flops, prepare, spec
 
 WORKLOAD = Workload(
@@ -43,6 +43,6 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    flops=flops.layers, flops_passes=flops.FLOPS_PASSES,
+    cost=Cost(flops.layers, passes=flops.FLOPS_PASSES),
     bench=bench.CASES,
 )

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sciperf.workloads.base import BenchCases
-from sciperf.workloads.openfold import layout, synthetic
+from sciperf.workloads.base import BenchCases, TrainCase
+from sciperf.workloads.openfold import synthetic
 from sciperf.workloads.openfold.sizes import MINI
 
 
@@ -42,11 +42,8 @@ CASES = BenchCases(
     # mini: 4 steps of 4 chains per epoch, 2 timed epochs; full: the reference model at
     # crop 256 / 124 clusters / 1,024 extra / 4 templates, one chain a step, one timed step
     # (a step is minutes on 2 CPU cores: timed cold, its one-time costs in)
-    train={"mini": (16, 4, 2), "full": (1, 1, 1)},
-    cold=("full",),
+    train={"mini": TrainCase(16, 4, 2), "full": TrainCase(1, 1, 1, warm_up=False)},
     input=((MINI, 32), ({}, 8)),
     dataset=dataset,
     size=size,
-    format=layout.FORMAT,
-    overrides=("train.init_checkpoint=", "data.pretrain_epochs=0"),
 )

@@ -73,7 +73,7 @@ def test_mini_run_reaches_target_in_the_precision_auto_did_not_pick(mini_data, t
     from sciperf_pytorch import runtime
 
     runtime.setup_threads(0)  # as the run probes: every core (the cache key is the same)
-    picked = choice.on_this_machine("auto", get("cosmoflow").hot_op, runtime).precision
+    picked = choice.on_this_machine("auto", get("cosmoflow").cost.hot_op, runtime).precision
     precision = "bf16" if picked == "fp32" else "fp32"
     if precision == "bf16":
         request.getfixturevalue("bf16_cpu")

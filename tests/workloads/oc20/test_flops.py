@@ -143,7 +143,8 @@ def test_graph_sizes_of_a_dataset(tmp_path: Path) -> None:
 
 def test_characterize_reports_flops_per_structure(tmp_path: Path) -> None:
     """The contract carries the table: characterize counts oc20 like any workload."""
-    assert WORKLOAD.flops is flops.layers and WORKLOAD.bench is bench.CASES
+    assert WORKLOAD.cost.layers is flops.layers and WORKLOAD.bench is bench.CASES
+    assert WORKLOAD.cost.on_data is flops.cost_on_data
     cfg = compose(["workload=oc20", "experiment=full", f"data.dir={tmp_path}"])
     result = characterize(cfg)
     assert result["parameters"] == spec.FULL_PARAMETER_COUNT
@@ -175,7 +176,8 @@ def test_bench_rows_rate_atoms_and_edges(tmp_path: Path) -> None:
     samples = data.list_samples(tmp_path, "train", "npy")
     reader = data.StructureReader("npy", 4.0)
     atoms = np.mean([len(reader(p)["atomic_numbers"]) for p in samples])
-    got = bench_tool._per_unit(bench.CASES, tmp_path, "npy", samples, 10.0)
+    got = bench_tool._per_unit(WORKLOAD, WORKLOAD.model(cutoff=4.0), tmp_path, "npy", samples,
+                               10.0)
     assert got["atoms_per_sample"] == pytest.approx(atoms, abs=0.01)
     assert got["atoms_per_s"] == pytest.approx(10 * atoms, abs=0.1)
     assert got["edges_per_s"] > got["atoms_per_s"]
