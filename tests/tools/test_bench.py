@@ -12,6 +12,7 @@ from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.info import machine
 from sciperf.tools import bench
+from sciperf.tools.bench import training
 from sciperf.tools.characterize import count_flops
 from sciperf.workloads import WORKLOADS, get
 
@@ -91,9 +92,9 @@ def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypat
     w = get("cosmoflow")
     cases = replace(w.bench, train={**w.bench.train,
                                     "mini": w.bench.train["mini"]._replace(warm_up=not cold)})
-    monkeypatch.setattr(bench, "get", lambda name: replace(w, bench=cases))
+    monkeypatch.setattr(training, "get", lambda name: replace(w, bench=cases))
     epochs: list[int] = []
-    real = bench.load_backend
+    real = training.load_backend
 
     def counting(*args, **kwargs):
         backend = real(*args, **kwargs)
@@ -101,7 +102,7 @@ def test_a_cold_case_times_its_first_epoch(cold: bool, tmp_path: Path, monkeypat
         backend.train_epoch = lambda epoch, lr: (epochs.append(epoch), train_epoch(epoch, lr))[1]
         return backend
 
-    monkeypatch.setattr(bench, "load_backend", counting)
+    monkeypatch.setattr(training, "load_backend", counting)
     row = bench.train_case("pytorch", "mini", "fp32", tmp_path, ["workload=cosmoflow"])
     timed = w.bench.train["mini"].epochs
     assert row["warm_up"] is not cold

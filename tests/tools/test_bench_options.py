@@ -12,6 +12,7 @@ import pytest
 
 from sciperf.errors import SciperfError
 from sciperf.tools import bench
+from sciperf.tools.bench import input_rows, training
 
 
 @pytest.fixture
@@ -21,9 +22,11 @@ def no_rows(monkeypatch, tmp_path: Path) -> Path:
     def never(*_a, **_k):
         raise AssertionError("a row ran before the options were checked")
 
-    for name in ("train_case", "isolated_train_case", "input_case", "staging_case",
-                 "scaling_case", "_auto_choice"):
-        monkeypatch.setattr(bench, name, never)
+    # each where the run looks it up (a loader row: in input_rows)
+    for module, name in ((bench, "train_case"), (bench, "isolated_train_case"),
+                         (input_rows, "input_case"), (bench, "staging_case"),
+                         (bench, "scaling_case"), (bench, "_auto_choice")):
+        monkeypatch.setattr(module, name, never)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
@@ -119,14 +122,14 @@ def test_a_train_row_of_zero_samples_is_never_written(tmp_path: Path, monkeypatc
     from sciperf.backends import EpochResult
 
     pytest.importorskip("torch")
-    real = bench.load_backend
+    real = training.load_backend
 
     def idle(*args, **kwargs):
         backend = real(*args, **kwargs)
         backend.train_epoch = lambda epoch, lr: EpochResult(0, 0.0, 0.01)
         return backend
 
-    monkeypatch.setattr(bench, "load_backend", idle)
+    monkeypatch.setattr(training, "load_backend", idle)
     with pytest.raises(SciperfError, match="bench row pytorch mini fp32: no training "
                                            "samples were timed"):
         bench.train_case("pytorch", "mini", "fp32", tmp_path, ["workload=cosmoflow"],

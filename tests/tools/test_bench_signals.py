@@ -19,6 +19,7 @@ import pytest
 
 from sciperf.info import machine
 from sciperf.tools import bench
+from sciperf.tools.bench import isolation
 
 OLD = {"workload": "cosmoflow", "complete": True, "train": [{"model": "old"}], "input": []}
 
@@ -167,7 +168,7 @@ def test_a_row_process_whose_parent_left_ends_quietly(monkeypatch) -> None:
     row process takes as the end, not a traceback."""
     import multiprocessing
 
-    monkeypatch.setattr(bench, "train_case", lambda *a: {"samples_per_s": 1.0})
+    monkeypatch.setattr(isolation, "train_case", lambda *a: {"samples_per_s": 1.0})
     recv, send = multiprocessing.Pipe(duplex=False)
     recv.close()
     before = signal.getsignal(signal.SIGINT)
