@@ -207,10 +207,12 @@ def loss_scale(world: int, global_free_atoms: int) -> float:
     """Factor of Σ|ΔF/σ| (this rank's free-atom xyz components) in the reference's DDP
     loss: force coefficient × world / the free atoms of the whole global batch — so that
     DDP's gradient average equals the gradient of 50·Σ|ΔF/σ| / N_free over the global batch
-    (3× a per-component mean)."""
-    if global_free_atoms <= 0:
-        raise ValueError("a batch without free atoms has no force loss")
-    return FORCE_COEFFICIENT * world / global_free_atoms
+    (3× a per-component mean). A global batch without a free atom contributes a force loss
+    of 0 (every rank's Σ is empty): the divisor is max(N_free, 1), so the factor is finite
+    there too. Both frameworks take the factor from here."""
+    if global_free_atoms < 0:
+        raise ValueError(f"global_free_atoms={global_free_atoms}: a count is >= 0")
+    return FORCE_COEFFICIENT * world / max(global_free_atoms, 1)
 
 
 @dataclass

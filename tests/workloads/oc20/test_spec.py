@@ -105,8 +105,16 @@ def test_loss_scale_makes_the_ddp_average_the_global_loss() -> None:
     scale = spec.loss_scale(len(parts), free)
     mean_of_ranks = np.mean([scale * p.sum() for p in parts])
     assert mean_of_ranks == pytest.approx(50.0 * sum(p.sum() for p in parts) / free)
-    with pytest.raises(ValueError):
-        spec.loss_scale(2, 0)
+
+
+def test_a_global_batch_without_free_atoms_has_force_loss_zero() -> None:
+    """Every rank's Σ|Δ| over free atoms is empty there: the factor stays finite (÷ max(N, 1))
+    so the loss is 0, in both frameworks alike; a negative count is refused."""
+    scale = spec.loss_scale(2, 0)
+    assert math.isfinite(scale) and scale == spec.loss_scale(2, 1) == 100.0
+    assert scale * np.zeros((0, 3)).sum() == 0.0
+    with pytest.raises(ValueError, match="global_free_atoms=-1"):
+        spec.loss_scale(2, -1)
 
 
 def test_envelope_vanishes_smoothly_at_the_cutoff() -> None:

@@ -4,10 +4,11 @@ The PyTorch backend's mirror (spec/oc20.md §3): DimeNet++ whose output is the f
 F = −∂E/∂pos from an inner tape on the positions, so the outer tape of the training step
 differentiates the force loss through it (double backward); AdamW written out as torch's
 (``optim.AdamFamily``: betas, eps 1e-8, decay on every variable); the reference's DDP loss
-— Σ|F̂ − F/σ| over this rank's free atoms' components × force coefficient × world ÷ the
-free atoms of the global batch, that count all-reduced before each step (outside the
-compiled step) and fed in with the labels; the force MAE in eV/Å over free atoms as the
-metric. One compiled step serves every batch size (open input signature).
+— Σ|F̂ − F/σ| over this rank's free atoms' components × ``spec.loss_scale`` (force
+coefficient × world ÷ the free atoms of the global batch), that factor computed from the
+count all-reduced before each step (outside the compiled step) and fed in with the labels;
+the force MAE in eV/Å over free atoms as the metric. One compiled step serves every batch
+size (open input signature).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sciperf_tensorflow.optim import AdamFamily
 from sciperf_tensorflow.workloads.oc20.model import DimeNetPP, batch_signature, energy_and_forces
 
 Batch = dict[str, tf.Tensor]
-GLOBAL_FREE = "global_free"  # the label entry holding the global batch's free-atom count
+LOSS_SCALE = "loss_scale"  # the label entry holding spec.loss_scale of the global batch
 
 
 def force_l1_sum(forces: tf.Tensor, target: tf.Tensor, fixed: tf.Tensor,
@@ -52,7 +53,7 @@ class OC20Backend(WorkloadBackend):
         labels = {"force": tf.TensorSpec([None, 3], tf.float32),
                   "fixed": tf.TensorSpec([None], tf.float32),
                   "energy": tf.TensorSpec([None], tf.float32),
-                  GLOBAL_FREE: tf.TensorSpec([], tf.float32)}
+                  LOSS_SCALE: tf.TensorSpec([], tf.float32)}
         return [batch_signature(), labels]
 
     def forward(self, x: Batch, training: bool) -> tf.Tensor:
@@ -65,18 +66,20 @@ class OC20Backend(WorkloadBackend):
         return int(x["cell"].shape[0])
 
     def batches(self, loader: Any, epoch: int):  # noqa: ANN201 - iterator of (x, y)
-        """Graph batches, each with this rank's global free-atom count for the loss
-        (all-reduced here, eagerly: validation batches carry it too, unused)."""
+        """Graph batches, each with the loss factor of its global batch (`spec.loss_scale`
+        of the free-atom count all-reduced here, eagerly; validation batches carry the
+        factor of their own count, unused)."""
+        world = self.ctx.info.world
         for x, y in super().batches(loader, epoch):
             local = float(tf.reduce_sum(tf.cast(tf.equal(y["fixed"], 0.0), tf.float32)))
             (total,) = self.comm.sum([local]) if loader is self.train_loader else (local,)
-            yield x, {**y, GLOBAL_FREE: tf.constant(total, tf.float32)}
+            scale = spec.loss_scale(world, int(total))
+            yield x, {**y, LOSS_SCALE: tf.constant(scale, tf.float32)}
 
     def loss_fn(self, out: tf.Tensor, y: Batch) -> tf.Tensor:
-        """The reference's DDP force loss; fp32."""
+        """The reference's DDP force loss (see the module docstring); fp32."""
         l1, _ = force_l1_sum(out, y["force"] / float(self.cfg.data.force_std), y["fixed"])
-        scale = spec.FORCE_COEFFICIENT * float(self.ctx.info.world)
-        return l1 * scale / tf.maximum(y[GLOBAL_FREE], 1.0)
+        return l1 * y[LOSS_SCALE]
 
     def metric_sums(self, out: tf.Tensor, y: Batch) -> tuple[tf.Tensor, tf.Tensor]:
         """(Σ|ΔF| in eV/Å over free atoms' components, their count)."""

@@ -418,10 +418,10 @@ class DimeNetPP(keras.Model):
     # this model's own weight-holding layer, for the generic mapper (sciperf_tensorflow.weights)
     WEIGHT_KINDS = ((RadialBasis, "basis"),)
 
-    def __init__(self, spec: ModelSpec | None = None, **kwargs):
+    def __init__(self, spec: ModelSpec, **kwargs):
         # autocast off: float inputs (pos!) must not be cast to a bf16 compute dtype
         super().__init__(**{"name": "dimenet_pp", "autocast": False, **kwargs})
-        self.spec = spec = spec or ModelSpec()
+        self.spec = spec
         policy = self.dtype_policy
         geometry = policy.variable_dtype
         self.rbf_layer = RadialBasis(spec, dtype=geometry)
