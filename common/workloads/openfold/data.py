@@ -35,7 +35,9 @@ import numpy as np
 
 from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import layout, sampler
-from sciperf.workloads.openfold.features import (
+from sciperf.workloads.openfold.features import make_features
+from sciperf.workloads.openfold.parsers import Alignment, TemplateHit, parse_a3m, parse_hhr
+from sciperf.workloads.openfold.schema import (
     FEATURE_SCHEMA,
     N_CLUST,
     N_EXTRA,
@@ -44,9 +46,7 @@ from sciperf.workloads.openfold.features import (
     TRAIN_ONLY_FEATURES,
     Chain,
     FeatureSizes,
-    make_features,
 )
-from sciperf.workloads.openfold.parsers import Alignment, TemplateHit, parse_a3m, parse_hhr
 from sciperf.workloads.openfold.sizes import ModelSpec
 from sciperf.workloads.openfold.templates import template_features
 

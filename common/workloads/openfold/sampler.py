@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sciperf.errors import SciperfError
-from sciperf.workloads.openfold.features import (
+from sciperf.workloads.openfold.rng import (
     TRAIN_SAMPLER_SEED_FORMAT,
     TorchCompatibleStream,
     eval_seed,
