@@ -43,7 +43,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 @verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json")
 def cmd_train(args: argparse.Namespace) -> int:
     from sciperf.backends import require_pair
-    from sciperf.train import require_dataset, train
+    from sciperf.run import require_dataset, train
     cfg = _cfg(args)
     require_pair(cfg.framework.name, cfg.workload)  # before "run `sciperf prepare`"
     require_dataset(cfg)
@@ -91,13 +91,14 @@ def cmd_score(args: argparse.Namespace) -> int:
 @verb("package", "arrange run directories into the official submission tree "
                  "(results/<system>/{strong,weak}/<benchmark>/, systems/<system>.json)")
 def cmd_package(args: argparse.Namespace) -> int:
+    from sciperf.results import tree
     from sciperf.results.package import package
     from sciperf.results.score import score, score_table
     dest = package(args.overrides, args.system, args.out or "submission")
-    for folder in sorted((dest / "results").glob("*/*/*")):
-        count = len(list(folder.glob("result_*.txt")))
+    for folder in sorted((dest / tree.RESULTS).glob("*/*/*")):
+        count = len(list(folder.glob(tree.RESULT_GLOB)))
         print(f"wrote {folder} ({count} result file{'s' if count != 1 else ''})")
-    print(f"wrote {dest}/systems/{args.system}.json")
+    print(f"wrote {tree.system_json(dest, args.system)}")
     print(score_table(score([dest], ruleset=args.ruleset)))
     return 0
 
@@ -175,8 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sciperf import allocator
     from sciperf.backends import require_pair
     from sciperf.results.check import check_log
+    from sciperf.run import train
     from sciperf.tools.prepare import prepare
-    from sciperf.train import train
     cfg = _cfg(args)
     require_pair(cfg.framework.name, cfg.workload)  # before prepare writes a dataset
     # before prepare's threads allocate: glibc fixes its arena limit then (train sets the
@@ -275,7 +276,7 @@ def _exit_status(summary: dict) -> int:
 
 
 def summary_name(summary: dict) -> str:
-    from sciperf.train import summary_file
+    from sciperf.run import summary_file
     return summary_file(summary["instance"], summary["instances"])
 
 

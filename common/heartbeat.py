@@ -10,7 +10,7 @@ max(distributed.timeout_s, 4 × the slowest step seen), or FIRST_GRACE_S for the
 a phase (training, evaluation) that has not yet completed a step in this run (it may compile).
 
 When it fires, the sentinel sends rank 0 SIGUSR2: rank 0's signal watcher thread
-(sciperf.train) writes run_stop aborted and summary.json, prints one line and exits. If rank
+(sciperf.run.signals) writes run_stop aborted and summary.json, prints one line and exits. If rank
 0 has not ended within WATCHER_GRACE_S (its interpreter is stuck too), the sentinel writes
 the same records itself from what the run keeps in shared memory and summary.json, prints the
 line and SIGKILLs rank 0; the launcher then ends the other ranks.
@@ -139,7 +139,7 @@ def sentinel(limit_s: float, log: Path, summary: Path, instance: int | None) -> 
            str(limit_s), str(log), str(summary), "" if instance is None else str(instance)]
     proc = subprocess.Popen(cmd, pass_fds=(hb.fd,), stdin=subprocess.DEVNULL)
     # a Python-level handler makes the interpreter's C handler write SIGUSR2 to the wakeup
-    # fd, where rank 0's watcher thread reads it (sciperf.train._signal_watcher)
+    # fd, where rank 0's watcher thread reads it (sciperf.run.signals.signal_watcher)
     previous = signal.signal(SIGNAL, lambda *_: None)
     _CURRENT = hb
     try:

@@ -13,7 +13,7 @@ refused that could fit:
 
 Against: MemAvailable of /proc/meminfo (plus free swap) shared by the node's ranks. A batch
 between this bound and the real need can still be killed; the run then leaves
-summary.json's ``running`` record (sciperf.train) and `sciperf launch` names the cause.
+summary.json's ``running`` record (sciperf.run.driver) and `sciperf launch` names the cause.
 GPU runs are not checked here: the frameworks raise a catchable out-of-memory error there.
 """
 

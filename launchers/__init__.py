@@ -99,7 +99,7 @@ def _check_dataset(cfg: Any, alloc: Allocation) -> None:
     them first: a folder without the dataset (or too few samples for the batch) is one
     line now, not a job that fails after its wait in the queue."""
     from sciperf.distributed import RankInfo
-    from sciperf.train import resolve_files
+    from sciperf.run import resolve_files
     from sciperf.workloads import get
     data = Path(cfg.data.dir)
     if not data.is_dir():

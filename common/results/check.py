@@ -17,6 +17,7 @@ from typing import Any
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
 from sciperf.results.mllog import RULESET
+from sciperf.results.tree import RESULT_GLOB
 
 
 @dataclass
@@ -135,9 +136,9 @@ def result_files(target: str | Path) -> list[Path]:
     path = Path(target)
     if not path.is_dir():
         return [path]
-    files = sorted(path.glob("result_*.txt"),
+    files = sorted(path.glob(RESULT_GLOB),
                    key=lambda p: int(p.stem.split("_")[1]) if p.stem.split("_")[1].isdigit()
                    else -1)
     if not files:
-        raise SciperfError(f"no result_*.txt MLLOG files in {path}")
+        raise SciperfError(f"no {RESULT_GLOB} MLLOG files in {path}")
     return files

@@ -9,7 +9,7 @@ table (a user comparing systems acts on it). Python's json writes bare NaN/Infin
 is not JSON; they are refused too, naming where they sit.
 
 Only the fields some reader uses are typed (FIELDS); everything else is the writer's
-business (common/train.py `_write_summary`) and passes through untouched.
+business (``sciperf.run.summary.write_summary``) and passes through untouched.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from sciperf.errors import SciperfError
 
-SUMMARY_FILE = "summary.json"  # = sciperf.train.SUMMARY_FILE, without importing the trainer
+SUMMARY_FILE = "summary.json"  # the name a run writes it under (sciperf.run.files reads it here)
 
 
 def _number(v: Any) -> bool:

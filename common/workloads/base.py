@@ -1,6 +1,6 @@
 """The workload contract: everything generic code may know about a workload.
 
-The driver (``sciperf.train``), ``prepare``, ``bench``, ``characterize``, ``score`` and the
+The driver (``sciperf.run.driver``), ``prepare``, ``bench``, ``characterize``, ``score`` and the
 config composition read a workload only through a :class:`Workload` — never a module
 attribute found by ``getattr``, never an ``if name == …``. Each workload folder
 (``sciperf/workloads/<name>/``) builds one instance, ``WORKLOAD``, from its own spec module,

@@ -1,6 +1,6 @@
 """The one shape of every PyTorch workload backend: the driver's protocol, written once.
 
-The common driver (``sciperf.train``) calls ``setup``, then per epoch ``train_epoch`` and
+The common driver (``sciperf.run.driver``) calls ``setup``, then per epoch ``train_epoch`` and
 ``evaluate``. What that takes — threads, seed, device, the data-parallel group, the model
 placed channels-last, initial weights, DDP/Horovod wrapping, ``torch.compile``, gradient
 accumulation with one all-reduce per optimizer step, the LR of each step, bf16 autocast,

@@ -1,6 +1,6 @@
 """The ONE TensorFlow backend template: everything a workload backend would otherwise repeat.
 
-The common driver (``sciperf.train``) sees every workload through the same calls
+The common driver (``sciperf.run.driver``) sees every workload through the same calls
 (``setup``, ``train_epoch``, ``evaluate``, …); what differs between workloads is small —
 the model, the optimizer, the loss, the metric and a few optional steps — so a workload
 backend (``sciperf_tensorflow.workloads.<name>.backend``) is a subclass of

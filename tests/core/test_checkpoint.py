@@ -359,16 +359,16 @@ def test_sigterm_waits_for_a_checkpoint_only_where_the_launcher_leaves_time(monk
     follows its SIGTERM with SIGKILL one second later: there the records come first."""
     from types import SimpleNamespace
 
-    from sciperf import train
+    from sciperf.run import signals
 
     cfg = SimpleNamespace(train=SimpleNamespace(checkpoint_every=1, term_grace_s=20.0))
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
-    assert train._term_grace(cfg) == 20.0
+    assert signals.term_grace(cfg) == 20.0
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
-    assert train._term_grace(cfg) == 0.0
+    assert signals.term_grace(cfg) == 0.0
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
     cfg.train.checkpoint_every = 0
-    assert train._term_grace(cfg) == 0.0
+    assert signals.term_grace(cfg) == 0.0
 
 
 def test_sigterm_without_grace_ends_at_once_with_the_records(sciperf_cmd, tiny_mini_data,

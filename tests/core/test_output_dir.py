@@ -13,7 +13,7 @@ import pytest
 
 from sciperf import output
 from sciperf.distributed import RankInfo
-from sciperf.train import _records_line
+from sciperf.run.summary import records_line
 
 TRAIN = ["train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
          "train.max_epochs=1", "train.global_batch_size=32"]
@@ -126,7 +126,7 @@ def test_a_diverging_run_stops_at_the_first_nonfinite_loss(sciperf_cmd, tiny_min
 
 
 def test_json_safe_turns_nonfinite_numbers_into_null() -> None:
-    from sciperf.train import json_safe
+    from sciperf.run import json_safe
 
     value = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "d": "nan"}
     assert json_safe(value) == {"a": None, "b": [1.0, None, {"c": None}], "d": "nan"}
@@ -152,11 +152,11 @@ def test_each_instance_answers_for_its_own_records(tmp_path: Path) -> None:
 
 def test_only_the_writing_rank_claims_a_record_on_abort(tmp_path: Path) -> None:
     """Killed or torn down, a rank says what IT left: rank 1 never writes MLLOG."""
-    assert _records_line(tmp_path, RankInfo(rank=1, world=2), 5.0).startswith(
+    assert records_line(tmp_path, RankInfo(rank=1, world=2), 5.0).startswith(
         "rank 1 writes no MLLOG record")
-    assert _records_line(tmp_path, RankInfo(), 5.0) == \
+    assert records_line(tmp_path, RankInfo(), 5.0) == \
         f"run_stop aborted and summary.json written to {tmp_path}"
-    assert _records_line(tmp_path, RankInfo(), None).endswith("(stopped before run_start)")
+    assert records_line(tmp_path, RankInfo(), None).endswith("(stopped before run_start)")
 
 
 def test_a_run_killed_without_warning_leaves_a_running_record(sciperf_cmd, tiny_mini_data,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.train import StepLines
+from sciperf.run.progress import StepLines
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.results.mllog import MLLogger
-from sciperf.train import _check_init_files
+from sciperf.run.files import check_init_files
 from sciperf.weights import save_npz
 from sciperf.workloads import get
 
@@ -145,14 +145,14 @@ def test_init_files_are_checked(tmp_path: Path, key: str) -> None:
     workload = get("openfold" if name == "init_checkpoint" else "cosmoflow")
     cfg = OmegaConf.create({section: {name: str(tmp_path)}})
     with pytest.raises(SciperfError, match=f"^{key}={tmp_path}: is not a regular file$"):
-        _check_init_files(cfg, workload)
+        check_init_files(cfg, workload)
     with pytest.raises(SciperfError, match=f"^{key}={tmp_path}/no.pt: no such file"):
-        _check_init_files(OmegaConf.create({section: {name: str(tmp_path / "no.pt")}}),
+        check_init_files(OmegaConf.create({section: {name: str(tmp_path / "no.pt")}}),
                           workload)
     (tmp_path / "w.bin").write_bytes(b"x")  # OpenFold's loader reads its own format
-    _check_init_files(OmegaConf.create({"train": {"init_checkpoint": str(tmp_path / "w.bin")}}),
+    check_init_files(OmegaConf.create({"train": {"init_checkpoint": str(tmp_path / "w.bin")}}),
                       get("openfold"))
-    _check_init_files(OmegaConf.create({"train": {"init_weights": ""}}), workload)
+    check_init_files(OmegaConf.create({"train": {"init_weights": ""}}), workload)
 
 
 def test_init_weights_are_read_and_fitted_to_the_model_before_the_run(tmp_path: Path) -> None:
@@ -162,15 +162,15 @@ def test_init_weights_are_read_and_fitted_to_the_model_before_the_run(tmp_path: 
     cfg = _mini_cfg(path)
     cosmoflow = get("cosmoflow")
     save_npz(path, _zeros(cfg))
-    _check_init_files(cfg, cosmoflow)
+    check_init_files(cfg, cosmoflow)
     path.write_bytes(b"x")
     with pytest.raises(SciperfError, match=rf"^train.init_weights={path}: cannot read weight "
                                            rf"file {path}: "):
-        _check_init_files(cfg, cosmoflow)
+        check_init_files(cfg, cosmoflow)
     full = compose(["workload=cosmoflow", "experiment=full", f"train.init_weights={path}"])
     save_npz(path, _zeros(full))
     with pytest.raises(SciperfError, match=rf"^train.init_weights={path}: {path}: "):
-        _check_init_files(cfg, cosmoflow)
+        check_init_files(cfg, cosmoflow)
 
 
 def test_a_resume_that_cannot_write_its_log_is_one_line(sciperf_cmd, tiny_mini_data: Path,

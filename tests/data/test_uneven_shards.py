@@ -23,7 +23,7 @@ from sciperf.config import compose
 from sciperf.data.loader import BatchLoader, batch_sizes
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
-from sciperf.train import resolve_files
+from sciperf.run import resolve_files
 from sciperf.workloads import get
 from sciperf.workloads.deepcam import data as dc_data
 

@@ -125,7 +125,7 @@ def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path, case):
     """kill -9 of rank 1 mid-epoch: the whole job ends within 60 s and rank 0 leaves
     run_stop aborted and summary.json. Under mpirun rank 0 is blocked in a Horovod wait
     (C++) when mpirun's SIGTERM comes, SIGKILL one second later: the signal watcher
-    writes the records (sciperf.train._signal_watcher)."""
+    writes the records (sciperf.run.signals.signal_watcher)."""
     launcher, extra, variable = KILLED[case]
     if case.startswith("mpirun"):
         reason = _horovod_ready()

@@ -68,7 +68,7 @@ def pretrain(cfg: Any, force: bool = False) -> Path | None:
         print(f"starting checkpoint ready: {root / PRETRAINED}")
         return root / PRETRAINED
     from sciperf import checkpoint
-    from sciperf.train import train
+    from sciperf.run import train
 
     run = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     out = root / FOLDER

@@ -25,7 +25,7 @@ from sciperf.config import compose
 from sciperf.data import dali as dali_spec
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
-from sciperf.train import resolve_files
+from sciperf.run import resolve_files
 from sciperf.workloads import get
 from sciperf.workloads.deepcam import dali as dc_dali
 from sciperf.workloads.deepcam import data as dc

@@ -76,7 +76,7 @@ def test_warmup_factor_and_cosine() -> None:
 
 
 def _header_log(path: Path, cfg, evals: list[float]) -> Path:
-    """A log in common/train.py's order from a composed config."""
+    """A log in the driver's (sciperf.run.driver) order from a composed config."""
     spec = get(cfg.workload)
     log = MLLogger(path)
     log.init_start()

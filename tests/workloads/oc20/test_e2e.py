@@ -78,7 +78,7 @@ def test_mini_reaches_force_target_and_passes_checker(mini_data: Path, tmp_path:
 
 
 def _header_log(path: Path, cfg, errors: list[float]) -> Path:
-    """A log in common/train.py's order from a composed config (no training)."""
+    """A log in the driver's (sciperf.run.driver) order from a composed config (no training)."""
     workload = get(cfg.workload)
     log = MLLogger(path)
     log.init_start()
