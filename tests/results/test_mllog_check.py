@@ -143,7 +143,7 @@ def test_new_logger_never_writes_into_an_earlier_file(tmp_path: Path) -> None:
     assert [r["value"] for r in _records(tmp_path / "a.txt")] == [1]
 
 
-# --- a complete run log, in the driver's (sciperf.run.driver) order ------------------------------------
+# --- a complete run log, in the driver's order (sciperf.run.driver) ---------------------
 
 def _write_run(path: Path, evals: list[float], success: bool | None = None) -> Path:
     cfg = compose(["experiment=mini"])

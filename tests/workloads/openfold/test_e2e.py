@@ -121,8 +121,9 @@ def proteins(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------- official checker
 
 def _header_log(path: Path, cfg: Any, hyper: dict[str, Any], accuracies: list[float]) -> Path:
-    """A log in the driver's (sciperf.run.driver) event order (no training): the header from `hyper`, then
-    one train/validation cycle per accuracy with MLLOG's epoch_num in samples."""
+    """A log in the driver's event order (sciperf.run.driver; no training): the header from
+    `hyper`, then one train/validation cycle per accuracy with MLLOG's epoch_num in
+    samples."""
     log = MLLogger(path)
     log.init_start()
     log.submission(WORKLOAD.name, cfg.system, nodes=1)
