@@ -216,16 +216,32 @@ def load_registry(name: str) -> Any:
         raise SciperfError(f"framework '{name}' failed to import: {exc}") from exc
 
 
+# framework → workload → "module:Class" of the backends plugins add (sciperf.workloads)
+PLUGIN_BACKENDS: dict[str, dict[str, str]] = {}
+
+
+def register(framework: str, workload: str, target: str) -> None:
+    """A plugin's backend of `workload` in `framework` ("module:Class", imported only when
+    a run asks for it): the framework then implements the workload, as if its registry
+    had the line."""
+    PLUGIN_BACKENDS.setdefault(framework, {})[workload] = target
+
+
+def _registry(name: str) -> dict[str, str]:
+    """Framework `name`'s registry and the plugins' backends for it."""
+    return {**load_registry(name).BACKENDS, **PLUGIN_BACKENDS.get(name, {})}
+
+
 def implemented(name: str) -> tuple[str, ...]:
     """The workloads framework `name` implements (its registry's keys)."""
-    return tuple(load_registry(name).BACKENDS)
+    return tuple(_registry(name))
 
 
 def require_pair(name: str, workload: str) -> str:
     """The registry entry ("module:Class") of `workload` in framework `name`; a framework
     that lacks the workload says so in one line. Cheap (the framework's registry, not its
     backend module), so a verb can refuse the pair before it writes anything."""
-    registry = load_registry(name).BACKENDS
+    registry = _registry(name)
     if workload not in registry:
         raise SciperfError(f"{name} does not implement {workload} "
                            f"(has: {', '.join(registry) or 'nothing'})")

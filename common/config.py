@@ -24,7 +24,7 @@ from sciperf.errors import SciperfError
 from sciperf.roles import Role, role
 from sciperf.roles import of as role_of
 from sciperf.weights import check_init_weights
-from sciperf.workloads import DEFAULT, WORKLOADS, get
+from sciperf.workloads import DEFAULT, get, names
 from sciperf.workloads.base import Workload
 
 # fp32: IEEE single precision in both frameworks, on GPUs too (their TF32 defaults off);
@@ -208,7 +208,7 @@ def _register() -> None:
     OmegaConf.set_struct(schema.data, False)
     OmegaConf.set_struct(schema.train, False)
     store.store(name="sciperf_schema", node=schema)
-    for name in WORKLOADS:
+    for name in names():
         store.store(group="workload", name=name, node=get(name).default_config(),
                     package="_global_")
 
@@ -694,7 +694,7 @@ def workload_of(cfg: Any) -> Workload | None:
     """The workload a run config names (None: none, or not one of the registry's)."""
     name = OmegaConf.select(cfg, "workload", default=None) if isinstance(cfg, DictConfig) \
         else getattr(cfg, "workload", None)
-    return get(name) if name in WORKLOADS else None
+    return get(name) if name in names() else None
 
 
 def flat(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:

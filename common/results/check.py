@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.errors import SciperfError
+from sciperf.results import own_rules
 from sciperf.results.logs import parse_log
 from sciperf.results.mllog import RULESET
 from sciperf.results.tree import RESULT_GLOB
@@ -97,16 +98,34 @@ DIVISIONS = ("closed", "open")
 
 
 def _unknown_names(division: Any, benchmark: Any) -> str | None:
-    """What the checker has no rules for: it opens `<division>_<benchmark>.yaml` and
-    crashed with a FileNotFoundError naming its own file."""
+    """What the checker has no rules for (it opens `<division>_<benchmark>.yaml` and
+    crashed with a FileNotFoundError naming its own file): a division not in the rules,
+    a benchmark neither MLPerf HPC's nor a workload of sciperf's (whose logs get the
+    official rules extended to it, open division only: sciperf.results.own_rules)."""
     from sciperf.results.score import hpc_benchmarks
+    from sciperf.workloads import names
     if division not in DIVISIONS:
         return (f"submission_division {division!r} is not one of {', '.join(DIVISIONS)} "
                 "(the checker has no rules for it)")
-    if benchmark not in (known := hpc_benchmarks()):
+    if benchmark in (known := hpc_benchmarks()):
+        return None
+    if benchmark not in names():
         return (f"submission_benchmark {benchmark!r} is not an MLPerf HPC benchmark "
-                f"({', '.join(sorted(known))})")
+                f"({', '.join(sorted(known))}) nor a sciperf workload")
+    if division != "open":
+        return (f"submission_division {division!r}: {benchmark} is not an MLPerf HPC "
+                "benchmark, so its runs are open division (system.submission_division=open)")
     return None
+
+
+def _own_rules(benchmark: str, ruleset: str, scratch: Path) -> list[str]:
+    """``--config`` of the official rules extended to a workload of sciperf's own (none
+    for an MLPerf HPC benchmark: the checker's own rules)."""
+    from sciperf.results.score import hpc_benchmarks
+    from sciperf.workloads import get
+    if benchmark in hpc_benchmarks():
+        return []
+    return ["--config", str(own_rules.write_rules(get(benchmark), ruleset, scratch))]
 
 
 def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
@@ -120,8 +139,8 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
                        [unknown], ruleset)
     with tempfile.TemporaryDirectory(prefix="sciperf-check-") as tmp:
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
-               "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"),
-               str(path.resolve())]
+               "--ruleset", ruleset, *_own_rules(str(log.benchmark), ruleset, Path(tmp)),
+               "--log_output", str(Path(tmp) / "checker.log"), str(path.resolve())]
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
     output = proc.stdout + proc.stderr
     ok = proc.returncode == 0 and "SUCCESS" in output

@@ -50,7 +50,7 @@ from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
 from sciperf.results.summary import CHARACTERIZE, SUMMARY_FILE, load_summary
-from sciperf.workloads import WORKLOADS, get
+from sciperf.workloads import get, names
 from sciperf.workloads.base import Layer, Workload
 
 FP32_BYTES = 4
@@ -58,7 +58,7 @@ FP32_BYTES = 4
 
 def _owner(model: Any) -> Workload:
     """The workload whose contract defines the model spec's class (``Workload.model``)."""
-    owner = next((get(w) for w in WORKLOADS if isinstance(model, get(w).model)), None)
+    owner = next((get(w) for w in names() if isinstance(model, get(w).model)), None)
     if owner is None:
         raise SciperfError(f"{type(model).__name__} is no registered workload's model")
     return owner
