@@ -213,20 +213,20 @@ def not_training(cfg: Any) -> list[str]:
     """The keys that say where and how a run is kept, run or reported, not what it trains
     (their role is ``local``, sciperf.roles): a resume may change them (more epochs, other
     threads or loader workers, a longer grace), and ranks may differ in them."""
-    from sciperf.config import keys_with, workload_of
+    from sciperf.config_keys import keys_with, workload_of
     return keys_with("local", workload_of(cfg))
 
 
 def resume_config(cfg: Any) -> dict[str, Any]:
     """The config a checkpoint must share with the run resuming it: the experiment's
     (config_hash's), without the keys of :func:`not_training`."""
-    from sciperf.config import hashed_config
+    from sciperf.config_keys import hashed_config
     return hashed_config(cfg, ignore=not_training(cfg))
 
 
 def resume_hash(cfg: Any) -> str:
     """The hash of :func:`resume_config`."""
-    from sciperf.config import config_hash
+    from sciperf.config_keys import config_hash
     return config_hash(cfg, ignore=not_training(cfg))
 
 
@@ -238,7 +238,7 @@ def check_matches(found: Found, config_hash: str, world: int,
     if found.driver.get("config_hash") != config_hash:
         saved = found.driver.get("config")
         if isinstance(saved, dict) and config is not None:
-            from sciperf.config import differences
+            from sciperf.config_keys import differences
             keys = differences(saved, config)
             shown = ", ".join(f"{k}={_short(_at(saved, k))} (now {_short(_at(config, k))})"
                               for k in keys[:4]) + (", …" if len(keys) > 4 else "")

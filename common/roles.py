@@ -3,8 +3,8 @@
 A key's role decides how generic code treats it, so that no generic module names a
 workload's key (docs/architecture.md, "Config field roles"). Declared as field metadata —
 ``field(default="", metadata=role(reads=True))`` — on the shared config dataclasses
-(``sciperf.config``) and on a workload's own (its TrainSpec, DataSpec, …), and read by
-``sciperf.config.key_roles``:
+(``sciperf.config_schema``) and on a workload's own (its TrainSpec, DataSpec, …), and read
+by ``sciperf.config_keys.key_roles``:
 
 * ``reads`` — a file the run reads: the driver checks it before anything is written (one
   line naming the key), and ``sciperf launch`` binds it read-only into containers at the

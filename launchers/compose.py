@@ -20,7 +20,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sciperf.config import check_time_limit, config_dir, keys_with, time_limit_seconds
+from sciperf.config import config_dir
+from sciperf.config_checks import check_time_limit, time_limit_seconds
+from sciperf.config_keys import keys_with
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.workloads import get

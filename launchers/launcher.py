@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sciperf.config import check_port
+from sciperf.config_checks import check_port
 from sciperf.errors import SciperfError
 
 from . import options as typed

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sciperf.config import differences
+from sciperf.config_keys import differences
 from sciperf.errors import SciperfError
 from sciperf.results.summary import COMPARE, load_summary
 

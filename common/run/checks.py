@@ -13,7 +13,7 @@ from typing import Any
 
 from sciperf import checkpoint, memory, threads
 from sciperf import precision as precision_choice
-from sciperf.config import flat
+from sciperf.config_keys import flat
 from sciperf.data.sharding import local_batch_size
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from sciperf.config import key_roles
+from sciperf.config_keys import key_roles
 from sciperf.data.plan import RankFiles
 from sciperf.data.sharding import local_batch_size
 from sciperf.data.staging import StageReport, stage_files, stage_root, staged_path

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sciperf import __version__
-from sciperf.config import config_hash, to_container
+from sciperf.config_keys import config_hash, to_container
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.config import PRECISIONS, compose, key_roles
+from sciperf.config import compose
+from sciperf.config_keys import key_roles
+from sciperf.config_schema import PRECISIONS
 from sciperf.data.layout import check_output_dir
 from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError

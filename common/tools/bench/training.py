@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from sciperf import allocator
 from sciperf.backends import RunContext, load_backend
-from sciperf.config import compose, keys_with
+from sciperf.config import compose
+from sciperf.config_keys import keys_with
 from sciperf.errors import SciperfError
 from sciperf.tools.bench.rows import _cases, _device, _per_unit, significant
 from sciperf.tools.characterize import count_flops, counted_layers
