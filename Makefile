@@ -79,6 +79,6 @@ test-images: ## build the TensorFlow cpu image with podman (local Debian base), 
 	  echo "make test-images: SKIPPED (reason above; REQUIRE_IMAGES=1 makes this fail)"; exit 0; fi; \
 	exit $$rc
 
-clean: ## remove generated data, results and saved images (keeps .venv and bench/gpu-*.json)
+clean: ## remove generated data, results and saved images (keeps .venv and bench records)
 	rm -rf data results build/images
-	find bench -mindepth 1 -maxdepth 1 ! -name 'gpu-*.json' -exec rm -rf {} + 2>/dev/null || true
+	find bench -mindepth 1 -maxdepth 1 ! -name 'gpu-*.json' ! -name '*.md' -exec rm -rf {} + 2>/dev/null || true

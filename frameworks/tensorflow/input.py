@@ -99,7 +99,7 @@ class DatasetLoader:
         wakes 10, 30, 70, … 2,550, 5,110 ms after an iterator starts (its period doubles);
         an epoch's end-of-sequence then now and then waited for the next wake-up: on full
         CosmoFlow (4 steps, 4.2 s) 1 to 4 epochs in 8 ended at 5.12 s, the
-        "two speeds" of TensorFlow epochs (README, "Speed on a CPU").
+        "two speeds" of TensorFlow epochs (bench/cpu-2026-11-26-epyc-zen5.md).
         """
         self.errors.clear()
         order = epoch_order(len(self.files), self.seed, epoch, self.shuffle)

@@ -84,7 +84,8 @@ def train_case(framework: str, experiment: str, precision: str, root: Path,
             "parameters": backend.parameter_count(), "samples": samples,
             "seconds": round(seconds, 3), "samples_per_s": significant(rate), "warm_up": warm,
             # each timed epoch's own rate: a total hides an epoch that ran late (tf.data's
-            # autotuning once made some TensorFlow epochs end late: README, "Speed on a CPU")
+            # autotuning once made some TensorFlow epochs end late:
+            # bench/cpu-2026-11-26-epyc-zen5.md)
             "samples_per_s_by_epoch": per_epoch,
             **_per_unit(workload, workload.model_spec(cfg), folder, fmt, train, rate),
             "peak_flops": peak_flops, "train_flops_per_sample": flops,
