@@ -11,21 +11,11 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from sciperf.cli_args import VERBS, parse, verb
 from sciperf.errors import SciperfError
-
-VERBS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {}
-
-
-def verb(name: str, help_text: str) -> Callable:
-    """Register a CLI verb."""
-    def wrap(fn: Callable[[argparse.Namespace], int]) -> Callable:
-        VERBS[name] = (help_text, fn)
-        return fn
-    return wrap
 
 
 def _cfg(args: argparse.Namespace):
@@ -33,14 +23,21 @@ def _cfg(args: argparse.Namespace):
     return compose(args.overrides)
 
 
-@verb("prepare", "generate (data.source=synthetic) or verify the dataset")
+@verb("prepare", "generate (data.source=synthetic) or verify the dataset",
+      options=(("force", None),),
+      examples=("sciperf prepare workload=cosmoflow experiment=mini data.dir=DIR",
+                "sciperf prepare workload=deepcam data.source=convert data.dir=DIR",
+                "sciperf prepare workload=openfold data.source=existing data.dir=DIR"))
 def cmd_prepare(args: argparse.Namespace) -> int:
     from sciperf.tools.prepare import prepare
     prepare(_cfg(args), force=args.force)
     return 0
 
 
-@verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json")
+@verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json",
+      examples=("sciperf train workload=cosmoflow framework=pytorch experiment=mini "
+                "data.dir=DIR output_dir=OUT",
+                "sciperf train … train.resume=auto   # continue from OUT/checkpoints/"))
 def cmd_train(args: argparse.Namespace) -> int:
     from sciperf.backends import require_pair
     from sciperf.run import require_dataset, train
@@ -54,7 +51,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 @verb("check", "run the official MLPerf compliance checker (hpc 3.0.0) on result logs "
-               "or run directories (several instances: also their throughput)")
+               "or run directories (several instances: also their throughput)",
+      operands="RUN", operand_help="result files or run folders",
+      options=(("ruleset", None),),
+      examples=("sciperf check OUT", "sciperf check OUT/result_0.txt --ruleset 2.0.0"))
 def cmd_check(args: argparse.Namespace) -> int:
     from sciperf.results.check import check_log, result_files
     from sciperf.results.throughput import throughput
@@ -73,7 +73,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 @verb("score", "MLPerf HPC scores of result logs (olympic time to solution, throughput "
-               "TTTa) grouped by system/benchmark/mode, with the rules' verdict")
+               "TTTa) grouped by system/benchmark/mode, with the rules' verdict",
+      operands="RESULTS", operand_help="submission trees, run folders or result files",
+      options=(("ruleset", None), ("json", "print JSON instead of the table")),
+      examples=("sciperf score submission/", "sciperf score OUT_seed0 OUT_seed1 … --json"))
 def cmd_score(args: argparse.Namespace) -> int:
     from sciperf.results.score import score, score_table, skip_lines
     if not args.overrides:
@@ -89,7 +92,12 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 @verb("package", "arrange run directories into the official submission tree "
-                 "(results/<system>/{strong,weak}/<benchmark>/, systems/<system>.json)")
+                 "(results/<system>/{strong,weak}/<benchmark>/, systems/<system>.json)",
+      operands="RUN", operand_help="run folders (one per seed or instance set)",
+      options=(("system", None), ("out", "destination (default ./submission)"),
+               ("ruleset", None)),
+      examples=("sciperf package OUT_seed0 OUT_seed1 --system cpu2_pytorch "
+                "--out submission/sciperf",))
 def cmd_package(args: argparse.Namespace) -> int:
     from sciperf.results import tree
     from sciperf.results.package import package
@@ -104,7 +112,10 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 
 @verb("report", "Markdown + PNG + HTML report comparing runs (scores, time breakdown, "
-                "convergence curves, scaling); --out REPORT_DIR")
+                "convergence curves, scaling)",
+      operands="RESULTS", operand_help="run folders, submission trees or result files",
+      options=(("out", "the report folder (default ./report)"), ("ruleset", None)),
+      examples=("sciperf report OUT_pytorch OUT_tensorflow --out report",))
 def cmd_report(args: argparse.Namespace) -> int:
     from sciperf.results.report import report
     if not args.overrides:
@@ -116,7 +127,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 @verb("characterize", "FLOPs/sample, bytes read, all-reduce bytes, arithmetic intensity; "
-                      "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG")
+                      "with run=OUT achieved FLOP/s and I/O vs the system's peak, roofline PNG",
+      operand_help="Hydra overrides, and run=OUT for a finished run",
+      options=(("out", "folder for characterize.json + roofline.png (default "
+                       "./characterize)"),
+               ("json", "print JSON instead of the table")),
+      examples=("sciperf characterize workload=deepcam experiment=full",
+                "sciperf characterize workload=cosmoflow framework=pytorch run=OUT "
+                "system.peak_flops=2e11"))
 def cmd_characterize(args: argparse.Namespace) -> int:
     from sciperf.backends import available, require_pair
     from sciperf.config import compose
@@ -171,7 +189,11 @@ def _plain_value(value: Any) -> str:
     return "(unset)" if value is None else str(value)
 
 
-@verb("run", "the main job: prepare (if missing) + train + check")
+@verb("run", "the main job: prepare (if missing) + train + check",
+      options=(("force", "regenerate existing synthetic data first"),),
+      examples=("sciperf run workload=cosmoflow framework=pytorch experiment=mini",
+                "sciperf run workload=oc20 framework=tensorflow experiment=mini "
+                "output_dir=OUT"))
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf import allocator
     from sciperf.backends import require_pair
@@ -193,14 +215,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _exit_status(summary) or (0 if verdict.ok or _unconverged_instance(summary) else 1)
 
 
-@verb("compare", "side-by-side table of runs' summaries (e.g. PyTorch vs TensorFlow)")
+@verb("compare", "side-by-side table of runs' summaries (e.g. PyTorch vs TensorFlow)",
+      operands="RUN", operand_help="run folders or summary.json files",
+      examples=("sciperf compare OUT_pytorch OUT_tensorflow",))
 def cmd_compare(args: argparse.Namespace) -> int:
     from sciperf.results.compare import compare_table
     print(compare_table(args.overrides))
     return 0
 
 
-@verb("launch", "render the job (system/launcher/container); submit it on Slurm or start it here")
+@verb("launch", "render the job (system/launcher/container); submit it on Slurm or start it here",
+      examples=("sciperf launch system=SYSTEM launcher=srun container=apptainer "
+                "container.image=IMAGE.sif nodes=4 data.dir=DIR output_dir=OUT",
+                "sciperf launch launcher=local launcher.nprocs=2 experiment=mini",
+                "sciperf launch … dry_run=true   # print the job script, start nothing"))
 def cmd_launch(args: argparse.Namespace) -> int:
     try:
         from sciperf_launchers import launch
@@ -212,20 +240,24 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return launch(_cfg(args), overrides=args.overrides)
 
 
-@verb("show", "print the composed config (after overrides) as YAML")
+@verb("show", "print the composed config (after overrides) as YAML",
+      examples=("sciperf show workload=oc20 experiment=full",))
 def cmd_show(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
     print(OmegaConf.to_yaml(_cfg(args)), end="")
     return 0
 
 
-@verb("bench", "measure training and input throughput; writes JSON (see `make bench`)")
+@verb("bench", "measure training and input throughput; writes JSON (see `make bench`)",
+      examples=("sciperf bench workload=cosmoflow framework=pytorch,tensorflow",
+                "sciperf bench bench.cases=mini,input bench.precision=fp32,bf16"))
 def cmd_bench(args: argparse.Namespace) -> int:
     from sciperf.tools.bench import bench
     return bench(args.overrides)
 
 
-@verb("info", "versions of sciperf, the installed backends and the machine")
+@verb("info", "versions of sciperf, the installed backends and the machine",
+      operands="ARGS", operand_help="none: info takes no arguments", examples=("sciperf info",))
 def cmd_info(args: argparse.Namespace) -> int:
     from sciperf.info import info
     if args.overrides:  # it takes none: a typo'd verb or a misplaced override, not ignored
@@ -292,43 +324,6 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line like every other user error (a misspelt verb
-    printed the three-line usage block first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} -h` lists the verbs and "
-                     "options)\n")
-
-
-def parser() -> argparse.ArgumentParser:
-    """Argument parser listing every verb (and the registered workloads)."""
-    from sciperf.workloads import DEFAULT, WORKLOADS
-    p = _Parser(
-        prog="sciperf",
-        description=f"MLPerf-HPC scientific-ML benchmarks ({', '.join(WORKLOADS)}) in PyTorch "
-                    "and TensorFlow over one spec. Verbs take Hydra overrides key=value, e.g. "
-                    f"`sciperf run workload={DEFAULT} framework=pytorch experiment=mini`.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="verbs:\n" + "\n".join(f"  {n:<8} {h}" for n, (h, _) in VERBS.items()),
-    )
-    p.add_argument("verb", choices=list(VERBS), metavar="VERB", help="one of the verbs below")
-    p.add_argument("overrides", nargs="*", help="key=value overrides (or files for `check`)")
-    p.add_argument("--force", action="store_true", help="prepare: regenerate existing data")
-    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    p.add_argument("--ruleset", choices=("3.0.0", "2.0.0"),
-                   help="check, score, package, report: the hpc ruleset of the logs "
-                        "(default 3.0.0)")
-    p.add_argument("--json", action="store_true",
-                   help="score, characterize: print JSON instead of a table")
-    p.add_argument("--system", help="package: the system name of the submission tree")
-    p.add_argument("--out", help="package: destination (default ./submission); report: "
-                                 "report directory (default ./report); characterize: "
-                                 "folder for characterize.json + roofline.png "
-                                 "(default ./characterize)")
-    return p
-
-
 class Terminated(BaseException):
     """SIGTERM/SIGHUP arrived (job cancelled, or the launcher is tearing down after a peer
     rank died); raised so the run still writes `run_stop aborted` before exiting."""
@@ -342,25 +337,12 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
-# the verbs each option means something to; given to another verb it was ignored in silence
-OPTION_VERBS: dict[str, tuple[str, ...]] = {
-    "force": ("prepare", "run"),
-    "ruleset": ("check", "score", "package", "report"),
-    "json": ("score", "characterize"),
-    "system": ("package",),
-    "out": ("package", "report", "characterize"),
-}
 DEFAULT_RULESET = "3.0.0"
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """An option the verb does not read (`check --json`, `score --out DIR`) is refused in
-    one line rather than ignored; then the ruleset gets its default."""
-    for option, verbs in OPTION_VERBS.items():
-        if getattr(args, option) not in (None, False) and args.verb not in verbs:
-            raise SciperfError(f"--{option} is not an option of `sciperf {args.verb}` (it is "
-                               f"one of {', '.join(verbs)})")
-    if args.out is not None and not args.out.strip():  # `--out $DIR`, DIR unset
+    """An empty `--out` (`--out $DIR`, DIR unset) is refused; the ruleset gets its default."""
+    if args.out is not None and not args.out.strip():
         raise SciperfError(f"--out is empty ({args.out!r}): name a folder (an unset shell "
                            "variable?); it would write into the current directory")
     args.ruleset = args.ruleset or DEFAULT_RULESET
@@ -368,13 +350,13 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sciperf` console script."""
-    args = parser().parse_intermixed_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     debug = args.debug or os.environ.get("SCIPERF_DEBUG") == "1"
     try:
         _check_options(args)
-        return VERBS[args.verb][1](args)
+        return VERBS[args.verb].run(args)
     except BrokenPipeError:  # `sciperf score … | head`: the reader left, as for SIGPIPE
         _silence_stdout()
         return 128 + signal.SIGPIPE

@@ -68,3 +68,41 @@ def test_debug_reaches_the_ranks_a_launch_starts(monkeypatch, capsys, tmp_path):
                      f"output_dir={tmp_path}"]) == 0
     capsys.readouterr()
     assert job_env()["SCIPERF_DEBUG"] == "1"
+
+
+def _help(*argv: str) -> str:
+    from testkit import cli
+    proc = cli(*argv, "-h")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return proc.stdout
+
+
+def test_each_verb_lists_its_own_options_and_examples():
+    """`sciperf VERB -h` shows what that verb reads, as git and Slurm commands do: one
+    flat parser showed --system, --out and --force under every verb."""
+    from sciperf.cli_args import OPTIONS, VERBS
+    for name, verb in VERBS.items():
+        text = _help(name)
+        assert text.startswith(f"usage: sciperf {name} "), text[:80]
+        assert "--debug" in text and verb.examples and f"  sciperf {name}" in text
+        own = dict(verb.options)
+        for option in OPTIONS:
+            assert (f"--{option}" in text) == (option in own), (name, option)
+    assert "--system NAME" in _help("package") and "default ./submission" in _help("package")
+    assert "default ./report" in _help("report") and "--ruleset" not in _help("train")
+
+
+def test_the_verb_list_points_at_each_verbs_help():
+    from sciperf.cli_args import VERBS
+    text = _help()
+    assert "`sciperf VERB -h` shows a verb's own options and examples." in text
+    assert all(f"\n  {name} " in text for name in VERBS)
+    assert "--out" not in text and "--system" not in text  # those belong to verbs
+
+
+@pytest.mark.parametrize("argv", [["--debug", "show", "workload=oc20"],
+                                  ["show", "workload=oc20", "--debug"]])
+def test_debug_goes_before_or_after_the_verb(argv):
+    from testkit import cli
+    proc = cli(*argv)
+    assert proc.returncode == 0 and "workload: oc20" in proc.stdout
