@@ -1,17 +1,16 @@
-"""Bad values through the real console script: one line, exit 2, nothing written.
+"""Bad values through the CLI: one line, exit 2, nothing written.
 
 docs/architecture.md, rule 10: a value a workload cannot train with (a negative LR, a
 dropout of 2, a seed numpy refuses, a port beyond 65535…) must end at composition, in one
 line naming the key and what it accepts — not as a traceback after `run_start`, with a
-half-written result log left behind. Every case runs `sciperf …` in a subprocess on a
-real dataset (so a run would otherwise start) and checks that the output directory (or,
-for `prepare`, the data directory) was never created.
+half-written result log left behind. Every case runs `sciperf …` through its main in
+this process (testkit.cli) on a real dataset (so a run would otherwise start) and checks
+that the output directory (or, for `prepare`, the data directory) was never created.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from sciperf.config import compose
 from sciperf.workloads.cosmoflow import spec as cosmoflow
+from testkit import cli, one_error_line, sciperf
 
 SEED_RANGE = "0..4294967295"
 
@@ -66,21 +66,15 @@ PREPARE_CASES = [
 ]
 
 
-def _run(cmd: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """The console script as a user runs it (no --debug traceback)."""
-    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
-    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, check=False, env=env)
+def _run(_cmd: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`sciperf ARGS` through its main in this process (a refusal needs no interpreter of
+    its own; testkit.cli)."""
+    return cli(*args, cwd=cwd)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess, verb: str) -> str:
     """Rule 10's shape: exit status 2, no traceback, exactly one line on stderr."""
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"sciperf {verb}: error: ")
-    return lines[0]
+    return one_error_line(proc, verb)
 
 
 def _prepare(cmd: list[str], root: Path, workload: str, n: int) -> Path:
@@ -175,10 +169,10 @@ def test_cosmoflow_run_logs_opt_name_sgd(sciperf_cmd, tiny_mini_data: Path,
                                          tmp_path: Path) -> None:
     """One real epoch on 16 samples: the official log names the optimizer that ran."""
     out = tmp_path / "out"
-    proc = _run(sciperf_cmd, ["train", "experiment=mini", f"data.dir={tiny_mini_data}",
-                              f"output_dir={out}", "data.train_samples=16",
-                              "data.eval_samples=16", "train.global_batch_size=16",
-                              "train.max_epochs=1", "precision=fp32"], tmp_path)
+    proc = sciperf("train", "experiment=mini", f"data.dir={tiny_mini_data}",
+                   f"output_dir={out}", "data.train_samples=16", "data.eval_samples=16",
+                   "train.global_batch_size=16", "train.max_epochs=1", "precision=fp32",
+                   cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: target not met in 1 epoch
     assert _logged(out / "result_0.txt", "opt_name") == "sgd"
 

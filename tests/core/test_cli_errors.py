@@ -1,12 +1,14 @@
-"""docs/architecture.md, rule 10 through the real console script: user errors end in one clear line.
+"""docs/architecture.md, rule 10 through the CLI: user errors end in one clear line.
 
-Every case runs `sciperf …` in a subprocess and checks: exit status 2, exactly one line on
-stderr, that line names the offending key/file/dir, and no traceback text.
+Every case runs `sciperf …` — through its ``main(argv)`` in this process (testkit.cli),
+the console script itself where the interpreter's own exit is what is tested — and
+checks: exit status 2, exactly one line on stderr, that line names the offending
+key/file/dir, and no traceback text.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import signal
 import subprocess
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from sciperf import config as config_mod
 from sciperf.workloads import WORKLOADS
+from testkit import cli, one_error_line, sciperf
 
 CONFIGS = Path(config_mod.__file__).resolve().parent.parent / "configs"
 
@@ -23,21 +26,14 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-def _run(cmd: list[str], args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"} | env
-    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False, env=full_env)
+def _run(_cmd: list[str], args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`sciperf ARGS` in `cwd`, in this process (the console script's main)."""
+    return cli(*args, cwd=cwd, env=env)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess, verb: str) -> str:
     """Assert the rule-10 shape and return the single stderr line."""
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    assert "Traceback" not in proc.stdout
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"sciperf {verb}: error: ")
-    return lines[0]
+    return one_error_line(proc, verb)
 
 
 @pytest.mark.parametrize("group", ["workload", "framework", "experiment"])
@@ -121,7 +117,7 @@ def test_info_refuses_arguments_it_would_ignore(sciperf_cmd, tmp_path) -> None:
 
 def test_debug_shows_the_traceback(sciperf_cmd, tmp_path) -> None:
     """The one-line form is a choice, not lost information: --debug/SCIPERF_DEBUG=1 show it."""
-    proc = _run(sciperf_cmd, ["show", "precision=fp16"], tmp_path, SCIPERF_DEBUG="1")
+    proc = sciperf("show", "precision=fp16", cwd=tmp_path, env={"SCIPERF_DEBUG": "1"})
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "SciperfError" in proc.stderr
@@ -140,7 +136,7 @@ def test_a_sigterm_is_said_once_by_the_writing_rank(monkeypatch, capsys, rank: i
         exc.sciperf_quiet = rank != 0
         raise exc
 
-    monkeypatch.setitem(cli.VERBS, "train", (cli.VERBS["train"][0], verb))
+    monkeypatch.setitem(cli.VERBS, "train", dataclasses.replace(cli.VERBS["train"], run=verb))
     assert cli.main(["train"]) == 143
     err = capsys.readouterr().err.splitlines()
     assert len(err) == lines
@@ -154,7 +150,7 @@ def test_sighup_ends_with_its_own_status(monkeypatch, capsys) -> None:
     def verb(_args) -> int:
         raise cli.Terminated(signal.SIGHUP)
 
-    monkeypatch.setitem(cli.VERBS, "train", (cli.VERBS["train"][0], verb))
+    monkeypatch.setitem(cli.VERBS, "train", dataclasses.replace(cli.VERBS["train"], run=verb))
     assert cli.main(["train"]) == 129
     assert capsys.readouterr().err.startswith("sciperf train: terminated by SIGHUP")
 
@@ -171,13 +167,18 @@ def test_a_rank_of_a_job_names_itself(sciperf_cmd, tmp_path: Path) -> None:
     assert "rank" not in alone, alone
 
 
-@pytest.mark.parametrize("argv", [["trian"], ["check", "--bogus", "x"], []])
-def test_argument_errors_are_one_line(sciperf_cmd, tmp_path: Path, argv: list[str]) -> None:
+@pytest.mark.parametrize(("argv", "prog", "hint"), [
+    (["trian"], "sciperf", "`sciperf -h` lists the verbs and options)"),
+    ([], "sciperf", "`sciperf -h` lists the verbs and options)"),
+    (["check", "--bogus", "x"], "sciperf check", "`sciperf check -h` lists the options)"),
+])
+def test_argument_errors_are_one_line(sciperf_cmd, tmp_path: Path, argv: list[str], prog: str,
+                                      hint: str) -> None:
     """argparse printed its three-line usage block before the error."""
     proc = _run(sciperf_cmd, argv, tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("sciperf: error: ") and line.endswith("lists the verbs and options)")
+    assert line.startswith(f"{prog}: error: ") and line.endswith(hint), line
 
 
 @pytest.mark.parametrize("argv", [["report", "x", "--out="], ["characterize", "--out", " "],

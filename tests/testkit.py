@@ -1,0 +1,103 @@
+"""What many tests need, written once: the console script in a process of its own or in
+this one, the one-line error shape of docs/architecture.md rule 10, and readers of a run's
+records (the MLLOG, summary.json).
+
+In-process (:func:`cli`) is how a refusal is tested: the verb's ``main(argv)``, its exit
+status and its lines, without the seconds a new interpreter spends importing the
+frameworks. A process of its own (:func:`sciperf`) is kept for what needs one: exit codes
+set by a signal, several ranks, a run whose threads and allocator must be its own, and one
+test per verb that the console script itself ends as its main does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+SCIPERF = BIN / "sciperf"
+MLLOG = ":::MLLOG "
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a user's shell gives (no SCIPERF_DEBUG traceback), plus `extra`."""
+    return {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"} | dict(extra or {})
+
+
+def sciperf(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """The installed console script in a process of its own, as a user runs it."""
+    return subprocess.run([str(SCIPERF), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False, env=_env(env))
+
+
+@contextlib.contextmanager
+def _kept_process_state(cwd: Path | None, env: Mapping[str, str] | None) -> Iterator[None]:
+    """The working folder, the environment and the signal handlers `main` sets, as they
+    were before (main installs SIGTERM/SIGHUP handlers for its run)."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    before_cwd, before_env = os.getcwd(), dict(os.environ)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(_env(env))
+        yield
+    finally:
+        os.chdir(before_cwd)
+        os.environ.clear()
+        os.environ.update(before_env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def cli(*args: str, cwd: Path | None = None,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``sciperf ARGS`` through ``sciperf.cli.main`` in this process: its exit status and
+    what it printed (Python-level stdout/stderr), as :func:`sciperf` returns them."""
+    from sciperf import cli as cli_module
+
+    out, err = io.StringIO(), io.StringIO()
+    with _kept_process_state(cwd, env), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            code = cli_module.main(list(args))
+        except SystemExit as exc:  # argparse's refusals
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(["sciperf", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
+def one_error_line(proc: subprocess.CompletedProcess, verb: str, code: int = 2) -> str:
+    """Rule 10's shape: exit status `code`, no traceback, exactly one line on stderr, led by
+    ``sciperf VERB: error:`` — returns that line."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith(f"sciperf {verb}: error: "), lines[0]
+    return lines[0]
+
+
+def mllog(path: Path) -> list[dict[str, Any]]:
+    """Every MLLOG record of a result file, in order."""
+    return [json.loads(ln[len(MLLOG):]) for ln in Path(path).read_text().splitlines()
+            if ln.startswith(MLLOG)]
+
+
+def events(path: Path, key: str) -> list[dict[str, Any]]:
+    """The MLLOG records of `key`."""
+    return [record for record in mllog(path) if record["key"] == key]
+
+
+def summary(out: Path, name: str = "summary.json") -> dict[str, Any]:
+    """A run's summary.json."""
+    return json.loads((Path(out) / name).read_text())
