@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
-from sciperf.workloads.base import Workload
+
+if TYPE_CHECKING:  # importing sciperf.workloads loads $SCIPERF_PLUGINS, which import this
+    from sciperf.workloads.base import Workload
 
 GROUP = "sciperf.backends"
 

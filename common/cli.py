@@ -25,9 +25,9 @@ def _cfg(args: argparse.Namespace):
 
 @verb("prepare", "generate (data.source=synthetic) or verify the dataset",
       options=(("force", None),),
-      examples=("sciperf prepare workload=cosmoflow experiment=mini data.dir=DIR",
-                "sciperf prepare workload=deepcam data.source=convert data.dir=DIR",
-                "sciperf prepare workload=openfold data.source=existing data.dir=DIR"))
+      examples=("sciperf prepare workload=NAME experiment=mini data.dir=DIR",
+                "sciperf prepare workload=NAME data.source=convert data.dir=DIR",
+                "sciperf prepare workload=NAME data.source=existing data.dir=DIR"))
 def cmd_prepare(args: argparse.Namespace) -> int:
     from sciperf.tools.prepare import prepare
     prepare(_cfg(args), force=args.force)
@@ -35,7 +35,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 @verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json",
-      examples=("sciperf train workload=cosmoflow framework=pytorch experiment=mini "
+      examples=("sciperf train workload=NAME framework=pytorch experiment=mini "
                 "data.dir=DIR output_dir=OUT",
                 "sciperf train … train.resume=auto   # continue from OUT/checkpoints/"))
 def cmd_train(args: argparse.Namespace) -> int:
@@ -132,8 +132,8 @@ def cmd_report(args: argparse.Namespace) -> int:
       options=(("out", "folder for characterize.json + roofline.png (default "
                        "./characterize)"),
                ("json", "print JSON instead of the table")),
-      examples=("sciperf characterize workload=deepcam experiment=full",
-                "sciperf characterize workload=cosmoflow framework=pytorch run=OUT "
+      examples=("sciperf characterize workload=NAME experiment=full",
+                "sciperf characterize workload=NAME framework=pytorch run=OUT "
                 "system.peak_flops=2e11"))
 def cmd_characterize(args: argparse.Namespace) -> int:
     from sciperf.backends import available, require_pair
@@ -191,8 +191,8 @@ def _plain_value(value: Any) -> str:
 
 @verb("run", "the main job: prepare (if missing) + train + check",
       options=(("force", "regenerate existing synthetic data first"),),
-      examples=("sciperf run workload=cosmoflow framework=pytorch experiment=mini",
-                "sciperf run workload=oc20 framework=tensorflow experiment=mini "
+      examples=("sciperf run workload=NAME framework=pytorch experiment=mini",
+                "sciperf run workload=NAME framework=tensorflow experiment=mini "
                 "output_dir=OUT"))
 def cmd_run(args: argparse.Namespace) -> int:
     from sciperf import allocator
@@ -241,7 +241,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 @verb("show", "print the composed config (after overrides) as YAML",
-      examples=("sciperf show workload=oc20 experiment=full",))
+      examples=("sciperf show workload=NAME experiment=full",))
 def cmd_show(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
     print(OmegaConf.to_yaml(_cfg(args)), end="")
@@ -249,7 +249,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 @verb("bench", "measure training and input throughput; writes JSON (see `make bench`)",
-      examples=("sciperf bench workload=cosmoflow framework=pytorch,tensorflow",
+      examples=("sciperf bench workload=NAME framework=pytorch,tensorflow",
                 "sciperf bench bench.cases=mini,input bench.precision=fp32,bf16"))
 def cmd_bench(args: argparse.Namespace) -> int:
     from sciperf.tools.bench import bench

@@ -96,8 +96,7 @@ def verb_parser(v: Verb) -> argparse.ArgumentParser:
     """`sciperf VERB -h`: that verb's words, its options and examples."""
     p = _VerbParser(prog=f"sciperf {v.name}", description=v.summary,
                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                    epilog="examples:\n" + "\n".join(f"  {e}" for e in v.examples)
-                    if v.examples else None)
+                    epilog=_examples(v))
     p.add_argument("overrides", nargs="*", metavar=v.operands, help=v.operand_help)
     for option, help_here in v.options:
         keywords = dict(OPTIONS[option])
@@ -108,6 +107,17 @@ def verb_parser(v: Verb) -> argparse.ArgumentParser:
     p.set_defaults(verb=v.name, **{o: False if OPTIONS[o].get("action") == "store_true"
                                    else None for o in OPTIONS if o not in dict(v.options)})
     return p
+
+
+def _examples(v: Verb) -> str | None:
+    """The verb's examples; NAME in them stands for a workload, listed after them."""
+    if not v.examples:
+        return None
+    text = "examples:\n" + "\n".join(f"  {e}" for e in v.examples)
+    if any("workload=NAME" in e for e in v.examples):
+        from sciperf.workloads import names
+        text += f"\n\nNAME: a workload ({', '.join(names())})"
+    return text
 
 
 def _takes_value(option: str) -> bool:

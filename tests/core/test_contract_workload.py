@@ -201,3 +201,17 @@ def test_generic_code_honours_the_workloads_own_key_roles(tinyreg: object,
                  f"data.dir={tmp_path}"]
     words = plan(compose(overrides), overrides=overrides).groups
     assert f"{missing}:{missing}:ro" in words[1][words[1].index("--bind") + 1].split(",")
+
+
+@pytest.mark.parametrize("first", ["sciperf.backends", "sciperf.workloads", "sciperf.config",
+                                   "sciperf.run"])
+def test_the_plugin_loads_whichever_module_is_imported_first(first: str) -> None:
+    """A plugin imports sciperf.backends and sciperf.workloads to register itself; with
+    sciperf.backends imported first (what `sciperf train` does), loading the plugins from
+    the half-imported module failed as a circular import."""
+    code = (f"import {first}, sciperf.workloads as w, sciperf.backends as b; "
+            f"print(w.get('{NAME}').name, sorted(b.PLUGIN_BACKENDS))")
+    proc = subprocess.run([sys.executable, "-c", code], env=plugin_env(), capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [NAME, "['pytorch',", "'tensorflow']"]
