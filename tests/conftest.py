@@ -10,12 +10,26 @@ from pathlib import Path
 
 import pytest
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _passive_openmp_beside_other_workers() -> None:
+    """Under pytest-xdist every worker's processes share the cores with the other
+    workers': OpenMP threads that spin while they wait (libgomp's default) take the cores
+    from the processes that have work, so a threaded run there waits on spinners. Passive
+    waiting hands the core back (bench/cpu-2026-11-29-epyc-zen4.md). Pinning each worker
+    to its own cores does as well for single-process runs but slows every job of several
+    ranks, which then share one core. `OMP_WAIT_POLICY` set by the caller wins."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+_passive_openmp_beside_other_workers()
+
 # The environment TensorFlow must load under (oneDNN on, INFO lines off), as in a run: the
 # package sets it, and test modules import tensorflow before it. A PyTorch-only install lacks it.
 with contextlib.suppress(ImportError):
     import sciperf_tensorflow  # noqa: F401
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -56,15 +70,25 @@ def sciperf_cmd() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_mini_data(tmp_path_factory, sciperf_cmd) -> Path:
-    """64 + 32 mini universes (npy), prepared once per session by the real command."""
-    import subprocess
+def shared_tmp(tmp_path_factory) -> Path:
+    """One folder for the whole session, every xdist worker included (tests/runzoo.py)."""
+    from runzoo import shared_root
+    return shared_root(tmp_path_factory.getbasetemp())
 
-    root = tmp_path_factory.mktemp("tiny-mini-data")
-    subprocess.run([*sciperf_cmd, "prepare", "experiment=mini", f"data.dir={root}",
-                    "data.train_samples=64", "data.eval_samples=32"],
-                   check=True, capture_output=True)
-    return root
+
+@pytest.fixture(scope="session")
+def tiny_mini_data(shared_tmp) -> Path:
+    """64 + 32 mini universes (npy), prepared once per session by the real command."""
+    from runzoo import prepared
+    return prepared(shared_tmp, "experiment=mini", "data.train_samples=64",
+                    "data.eval_samples=32")
+
+
+@pytest.fixture(scope="session")
+def run_zoo(shared_tmp, tiny_mini_data):
+    """Runs on `tiny_mini_data`, each trained once per session (tests/runzoo.py)."""
+    from runzoo import RunZoo
+    return RunZoo(shared_tmp, tiny_mini_data)
 
 
 DALI_MISSING = "nvidia-dali-cuda120 not installed (containers/install.sh --dali)"

@@ -33,6 +33,12 @@ def _train(cmd: list[str], data: Path, out: Path, framework: str, epochs: int,
     return proc
 
 
+def _copy(run_zoo, out: Path, framework: str, epochs: int) -> Path:
+    """The session's run of `epochs` epochs (tests/runzoo.py), copied to `out` to tamper
+    with or resume: the same words as `_train(…, framework, epochs)` with no extras."""
+    return run_zoo.copy(out, *BASE, f"framework={framework}", f"train.max_epochs={epochs}").out
+
+
 def _sciperf_lines(proc: subprocess.CompletedProcess) -> list[str]:
     """sciperf's own stderr lines (TensorFlow's C++ start-up lines come first)."""
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
@@ -48,15 +54,13 @@ def _records(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, sciperf_cmd, tiny_mini_data) -> dict[str, Path]:
+def uninterrupted(run_zoo) -> dict[str, Path]:
     """4 epochs in one go, per framework (checkpointing on, as in the resumed runs)."""
     runs = {}
     for fw in ("pytorch", "tensorflow"):
-        out = tmp_path_factory.mktemp(f"whole-{fw}")
-        shutil.rmtree(out)
-        proc = _train(sciperf_cmd, tiny_mini_data, out, fw, 4)
-        assert proc.returncode == 1, proc.stderr[-2000:]  # the target is out of reach
-        runs[fw] = out
+        run = run_zoo.run(*BASE, f"framework={fw}", "train.max_epochs=4")
+        assert run.returncode == 1, run.stderr[-2000:]  # the target is out of reach
+        runs[fw] = run.out
     return runs
 
 
@@ -104,9 +108,9 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
 
 
 def test_a_corrupt_newest_checkpoint_is_skipped_in_one_line(
-        sciperf_cmd, tiny_mini_data, uninterrupted, tmp_path: Path) -> None:
+        run_zoo, sciperf_cmd, tiny_mini_data, uninterrupted, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2)
+    _copy(run_zoo, out, "pytorch", 2)
     newest = checkpoint.folder(out) / "epoch_0002"
     state = newest / STATE["pytorch"]
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a killed copy
@@ -117,10 +121,11 @@ def test_a_corrupt_newest_checkpoint_is_skipped_in_one_line(
     _assert_same_run(uninterrupted["pytorch"], out)
 
 
-def test_no_usable_checkpoint_or_another_config_is_one_line(sciperf_cmd, tiny_mini_data,
+def test_no_usable_checkpoint_or_another_config_is_one_line(run_zoo, sciperf_cmd,
+                                                            tiny_mini_data,
                                                             tmp_path: Path) -> None:
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    _copy(run_zoo, out, "pytorch", 1)
     other = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 3, "train.resume=auto",
                    "opt.base_lr=0.5")
     assert other.returncode == 2 and len(_sciperf_lines(other)) == 1, other.stderr
@@ -144,14 +149,14 @@ class _Payload:
 
 
 @pytest.mark.parametrize("content", ["command-pickle", "random-bytes"])
-def test_a_bad_state_file_is_one_line_and_never_runs(sciperf_cmd, tiny_mini_data,
+def test_a_bad_state_file_is_one_line_and_never_runs(run_zoo, sciperf_cmd, tiny_mini_data,
                                                      tmp_path: Path, content: str) -> None:
     """A state.pt replaced by a pickle that runs a command, or by random bytes (manifest
     updated to match, as an attacker would): refused in one short line, nothing run
     (torch.load weights_only), and without torch's paragraph advising to load it with
     weights_only=False — which this project never does."""
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    _copy(run_zoo, out, "pytorch", 1)
     folder = checkpoint.folder(out) / "epoch_0001"
     marker = tmp_path / "pwned"
     state = folder / "state.pt"
@@ -198,11 +203,11 @@ def _edit_driver(folder: Path, edit) -> None:
                                                       "'epoch_progress'"),
 ])
 def test_a_driver_that_does_not_hold_a_run_is_skipped_not_a_traceback(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path, edit, why: str) -> None:
+        run_zoo, sciperf_cmd, tiny_mini_data, tmp_path: Path, edit, why: str) -> None:
     """A driver.json without `history` (manifest matching) was a KeyError traceback in the
     middle of the resume, after the records had been replaced."""
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    _copy(run_zoo, out, "pytorch", 1)
     folder = checkpoint.folder(out) / "epoch_0001"
     _edit_driver(folder, edit)
     proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
@@ -217,7 +222,8 @@ def test_progress_fields_are_the_backends(tmp_path: Path) -> None:
     assert tuple(f.name for f in fields(EpochProgress)) == checkpoint.PROGRESS_FIELDS
 
 
-def test_a_finished_run_is_not_resumed(sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+def test_a_finished_run_is_not_resumed(run_zoo, sciperf_cmd, tiny_mini_data,
+                                       tmp_path: Path) -> None:
     """A run that met its target, resumed from its older checkpoint, trained its last
     epoch again and was rewritten as an open result; a checkpoint at max_epochs resumed
     nothing and rewrote the records all the same."""
@@ -233,7 +239,7 @@ def test_a_finished_run_is_not_resumed(sciperf_cmd, tiny_mini_data, tmp_path: Pa
         "train.overwrite=true)"]
     assert (reached / "result_0.txt").read_bytes() == log
     spent = tmp_path / "spent"
-    _train(sciperf_cmd, tiny_mini_data, spent, "pytorch", 2)
+    _copy(run_zoo, spent, "pytorch", 2)
     log = (spent / "result_0.txt").read_bytes()
     same = _train(sciperf_cmd, tiny_mini_data, spent, "pytorch", 2, "train.resume=auto")
     assert same.returncode == 2 and "the run already trained 2 epochs, train.max_epochs=2: " \
@@ -242,12 +248,12 @@ def test_a_finished_run_is_not_resumed(sciperf_cmd, tiny_mini_data, tmp_path: Pa
 
 
 def test_a_run_that_died_before_its_first_checkpoint_is_started_anew(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+        run_zoo, sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
     """kill -9 in epoch 1 (summary.json still `running`, no checkpoint): resume=auto said
     "starting anew" and then refused the dead run's records — a requeued job failed so
     every time."""
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    _copy(run_zoo, out, "pytorch", 1)
     shutil.rmtree(checkpoint.folder(out))
     summary = _summary(out)
     summary["status"] = "running"  # what a SIGKILL'd run leaves
@@ -259,11 +265,11 @@ def test_a_run_that_died_before_its_first_checkpoint_is_started_anew(
 
 
 def test_keys_that_do_not_change_the_training_may_change_on_resume(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
+        run_zoo, sciperf_cmd, tiny_mini_data, tmp_path: Path) -> None:
     """framework.threads, data.workers, train.term_grace_s … were refused as "another
     configuration"; a real difference is now named, not two hashes."""
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1)
+    _copy(run_zoo, out, "pytorch", 1)
     other = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto",
                    "opt.base_lr=0.5", "seed=3")
     assert other.returncode == 2 and "taken with another configuration (it had " \
@@ -275,11 +281,11 @@ def test_keys_that_do_not_change_the_training_may_change_on_resume(
     assert proc.returncode == 1 and "resuming from" in proc.stdout, proc.stderr[-2000:]
 
 
-def test_overwrite_removes_the_old_runs_checkpoints(sciperf_cmd, tiny_mini_data,
+def test_overwrite_removes_the_old_runs_checkpoints(run_zoo, sciperf_cmd, tiny_mini_data,
                                                    tmp_path: Path) -> None:
     """A later resume must never continue a run that train.overwrite replaced."""
     out = tmp_path / "run"
-    _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2)
+    _copy(run_zoo, out, "pytorch", 2)
     refused = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 1,
                      "train.checkpoint_every=0")
     assert refused.returncode == 2 and "already holds a run" in refused.stderr

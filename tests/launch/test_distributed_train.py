@@ -162,19 +162,26 @@ def test_dying_rank_ends_the_job_with_run_stop_aborted(data, tmp_path, case):
     assert json.loads((out / "summary.json").read_text())["status"] == "error"
 
 
+# a hung rank is noticed after distributed.timeout_s; the rest — records, the one line, the
+# launcher stopping the job — fits in the margin (the default 45 s works alike, only slower)
+HUNG_TIMEOUT_S = 10
+HUNG_END_S = HUNG_TIMEOUT_S + 20
+
+
 @pytest.mark.parametrize("launcher", [["launcher=local", "launcher.nprocs=2"],
                                       ["launcher=torchrun", "launcher.tasks_per_node=2"]],
                          ids=["local", "torchrun"])
-def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path, launcher):
+def test_a_hung_rank_ends_the_job_in_one_line_after_the_timeout(data, tmp_path, launcher):
     """SIGSTOP of rank 1 (a hung node) under `sciperf launch` (its own supervisor, and
-    torchrun): rank 0's collective times out after distributed.timeout_s (45 s), it
-    writes run_stop aborted and ends in ONE line naming the cause, and the launcher stops
-    the job — all within 60 s (under torchrun the survivor SIGKILLs the stopped sibling:
-    torchrun's own SIGTERM→SIGKILL grace is 30 s). Horovod: the next test."""
+    torchrun): rank 0's collective times out after distributed.timeout_s, it writes
+    run_stop aborted and ends in ONE line naming the cause, and the launcher stops the
+    job — all within HUNG_END_S of the hang (under torchrun the survivor SIGKILLs the
+    stopped sibling: torchrun's own SIGTERM→SIGKILL grace is 30 s). Horovod: the next test."""
     out = tmp_path / "hang"
     cmd = [str(BIN / "sciperf"), "launch", *launcher, "experiment=mini", "train.max_epochs=500",
            "data.train_samples=64", "data.eval_samples=32", "train.global_batch_size=8",
-           "train.target=0.0001", "framework.threads=1", f"data.dir={data}", f"output_dir={out}"]
+           "train.target=0.0001", "framework.threads=1", f"distributed.timeout_s={HUNG_TIMEOUT_S}",
+           f"data.dir={data}", f"output_dir={out}"]
     agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "result_0.txt"
     deadline = time.time() + 300
@@ -193,7 +200,7 @@ def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path, launch
         pytest.fail("the job still ran 90 s after rank 1 hung")
     ended = time.time() - stopped
     print(f"{launcher[0]}: the job ended {ended:.1f} s after SIGSTOP of rank 1")
-    assert ended < 60 and agent.returncode != 0
+    assert ended < HUNG_END_S and agent.returncode != 0
     errors = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train:")]
     assert len(errors) == 1 and "a peer rank stopped responding" in errors[0], stderr[-3000:]
     # torchrun itself always reports a failed worker with its ChildFailedError traceback;
@@ -211,11 +218,11 @@ def test_a_hung_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path, launch
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_a_hung_horovod_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path, framework):
+def test_a_hung_horovod_rank_ends_the_job_in_one_line_after_the_timeout(data, tmp_path, framework):
     """Horovod cannot time out a stopped rank (its coordinator waits inside MPI): rank 0's
     hang sentinel (sciperf.heartbeat, a separate process) sees no step end for
     distributed.timeout_s, the run writes run_stop aborted and ends in ONE line, and
-    mpirun ends the stopped rank — within 60 s, in both frameworks."""
+    mpirun ends the stopped rank — within HUNG_END_S of the hang, in both frameworks."""
     reason = _horovod_ready()
     if reason:
         pytest.skip(reason)
@@ -226,6 +233,7 @@ def test_a_hung_horovod_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path
            "experiment=mini", "train.max_epochs=500", "data.train_samples=64",
            "data.eval_samples=32", "train.global_batch_size=8", "train.target=0.0001",
            "framework.threads=1", "distributed.backend=horovod", f"framework={framework}",
+           f"distributed.timeout_s={HUNG_TIMEOUT_S}",
            f"data.dir={data}", f"output_dir={out}"]
     agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, **MPI_ENV})
@@ -249,7 +257,7 @@ def test_a_hung_horovod_rank_ends_the_job_in_one_line_within_60_s(data, tmp_path
     errors = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train:")]
     assert len(errors) == 1 and "no training step ended" in errors[0], stderr[-3000:]
     assert "run_stop aborted and summary.json written" in errors[0]
-    assert ended < 60 and agent.returncode != 0
+    assert ended < HUNG_END_S and agent.returncode != 0
     stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
              if '"key": "run_stop"' in ln]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"

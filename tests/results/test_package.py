@@ -32,24 +32,12 @@ def sciperf(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, list[Path]]:
+def runs(run_zoo) -> dict[str, list[Path]]:
     """Two strong-scaling runs (seeds 0, 1) and one throughput job of 2 instances."""
-    root = tmp_path_factory.mktemp("package-runs")
-    data = root / "data"
-    proc = sciperf("prepare", "experiment=mini", f"data.dir={data}", "data.train_samples=64",
-                   "data.eval_samples=32")
-    assert proc.returncode == 0, proc.stderr
-    strong = []
-    for seed in (0, 1):
-        out = root / f"strong{seed}"
-        proc = sciperf("train", *SMALL, f"seed={seed}", f"data.dir={data}", f"output_dir={out}")
-        assert (out / "summary.json").is_file(), proc.stderr[-2000:]
-        strong.append(out)
-    weak = root / "weak"
-    proc = sciperf("launch", "launcher=local", "launcher.nprocs=2", "instances=2", *SMALL,
-                   f"data.dir={data}", f"output_dir={weak}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return {"strong": strong, "weak": [weak]}
+    strong = [run_zoo.run("train", *SMALL, f"seed={seed}").out for seed in (0, 1)]
+    weak = run_zoo.run("launch", "launcher=local", "launcher.nprocs=2", "instances=2", *SMALL)
+    assert weak.returncode == 0, weak.stderr[-2000:]
+    return {"strong": strong, "weak": [weak.out]}
 
 
 def test_tree_layout_and_system_description(runs, tmp_path):

@@ -123,28 +123,17 @@ def test_phases_add_up_to_the_logged_intervals(published_results):
 
 
 @pytest.fixture(scope="module")
-def mini_runs(tmp_path_factory) -> dict[str, Path]:
-    """Fresh 2-epoch mini runs: PyTorch and TensorFlow on 1 rank, PyTorch DDP on 2 ranks."""
+def mini_runs(run_zoo, tmp_path_factory) -> dict[str, Path]:
+    """2-epoch mini runs: PyTorch and TensorFlow on 1 rank, PyTorch DDP on 2 ranks (the
+    PyTorch one is test_package's seed 0: the same words, one training), copied into
+    folders named as the report labels them."""
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
     root = tmp_path_factory.mktemp("report-runs")
-    data = root / "data"
-    subprocess.run([str(BIN / "sciperf"), "prepare", "experiment=mini", f"data.dir={data}",
-                    "data.train_samples=64", "data.eval_samples=32"], check=True,
-                   capture_output=True)
-    runs = {}
-    for name, extra in (("pytorch", ["framework=pytorch"]),
-                        ("tensorflow", ["framework=tensorflow"]),
-                        ("pytorch_2ranks", ["framework=pytorch"])):
-        out = root / name
-        verb = ["launch", "launcher=local", "launcher.nprocs=2"] if "2ranks" in name \
-            else ["train"]
-        proc = subprocess.run([str(BIN / "sciperf"), *verb, *SMALL, *extra, f"data.dir={data}",
-                               f"output_dir={out}"], capture_output=True, text=True,
-                              timeout=600, check=False)
-        assert (out / "summary.json").is_file(), proc.stderr[-3000:]
-        runs[name] = out
-    return runs
+    words = {"pytorch": ("train", *SMALL, "seed=0"),
+             "tensorflow": ("train", *SMALL, "framework=tensorflow"),
+             "pytorch_2ranks": ("launch", "launcher=local", "launcher.nprocs=2", *SMALL)}
+    return {name: run_zoo.copy(root / name, *args).out for name, args in words.items()}
 
 
 def test_a_refused_report_leaves_no_folders_it_made(tmp_path):
