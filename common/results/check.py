@@ -1,7 +1,9 @@
 """`sciperf check`: the official mlperf-logging compliance checker, one verdict line.
 
 The checker is run as its own process (it configures global logging and writes into the
-cwd), in a scratch directory, and its findings are condensed to one line per log.
+cwd), in a scratch directory, and its findings are condensed to one line per log. What it
+reads is bounded first: `parse_log` refuses a line its parser would not finish, and the
+process itself is stopped after CHECKER_SECONDS.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def _one_line(message: str) -> str:
 def _mllog_key(line: str) -> str | None:
     try:
         return str(json.loads(line[len(":::MLLOG"):])["key"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -128,12 +130,22 @@ def _own_rules(benchmark: str, ruleset: str, scratch: Path) -> list[str]:
     return ["--config", str(own_rules.write_rules(get(benchmark), ruleset, scratch))]
 
 
+# The official checker's time limit on one log. With lines bounded (logs.MAX_RECORD_BYTES)
+# its time grows with the log's size, and logs of tens of MB check in seconds
+# (bench/cpu-2026-11-29-epyc-zen4.md#long-mllog-lines): a log still running after five
+# minutes is refused rather than waited on without end.
+CHECKER_SECONDS = 300.0
+
+
 def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
-    """Run the official checker (usage hpc) on one result file."""
+    """Run the official checker (usage hpc) on one result file, for at most
+    CHECKER_SECONDS (then one line naming the file and the limit)."""
     path = Path(path)
     if not path.is_file():
         raise SciperfError(f"no such MLLOG file: {path}")
-    log = parse_log(path)  # not a log at all (another file, empty, binary): one line
+    # not a log at all (another file, empty, binary), or a line longer than
+    # MAX_RECORD_BYTES that the checker's parser would not finish: one line
+    log = parse_log(path)
     if unknown := _unknown_names(log.division, log.benchmark):  # the checker would crash
         return Verdict(path, False, str(log.division or "?"), str(log.benchmark or "?"),
                        [unknown], ruleset)
@@ -141,7 +153,14 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
                "--ruleset", ruleset, *_own_rules(str(log.benchmark), ruleset, Path(tmp)),
                "--log_output", str(Path(tmp) / "checker.log"), str(path.resolve())]
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+        limit = CHECKER_SECONDS
+        try:  # on timeout the process is killed and reaped before this raises
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False,
+                                  timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise SciperfError(
+                f"{path}: the official checker did not finish within {limit:g} s and was "
+                "stopped") from None
     output = proc.stdout + proc.stderr
     ok = proc.returncode == 0 and "SUCCESS" in output
     problems = [] if ok else _problems(output) or [output.strip().splitlines()[-1:][0]

@@ -20,6 +20,12 @@ from sciperf.errors import SciperfError
 from sciperf.results.tree import RESULT_GLOB, result_index
 
 TOKEN = ":::MLLOG "
+# The longest line holding an MLLOG record that sciperf parses or hands to mlperf-logging:
+# its parsers (the compliance checker's, the RCP checker's) cut a line's prefix with
+# re.sub(".*:::MLLOG ", …), whose time grows with the square of the line's length. The bound
+# is fifty times the longest record of the published logs and of sciperf's own, and still
+# parsed in a fraction of a second (bench/cpu-2026-11-29-epyc-zen4.md#long-mllog-lines).
+MAX_RECORD_BYTES = 16 << 10
 METRIC_KEYS = ("eval_error", "eval_accuracy")  # MLPerf HPC quality keys (lower / higher better)
 
 
@@ -203,21 +209,39 @@ def _event(line: str) -> Event | None:
                  record.get("metadata") or {})
 
 
-def parse_log(path: str | Path) -> RunLog:
-    """Read one MLLOG file. Corrupt lines are counted (the compliance checker rejects such
-    a log); a file that is unreadable or holds no MLLOG line at all is a user error."""
+def read_log(path: str | Path) -> bytes:
+    """The bytes of an MLLOG file, every line holding a record at most MAX_RECORD_BYTES
+    long: a longer one is refused in one line naming the file and the line, before any
+    parser reads it (mlperf-logging's would not finish). Lines end as the checker reads
+    them (universal newlines: \\n, \\r\\n, \\r), each counted in bytes (it reads latin-1)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SciperfError(f"no such MLLOG file: {path}") from None
     except OSError as exc:
         raise SciperfError(f"cannot read MLLOG file {path}: {exc.strerror or exc}") from None
+    token = TOKEN.encode()
+    for number, line in enumerate(data.splitlines(), start=1):
+        if len(line) > MAX_RECORD_BYTES and token in line:
+            raise SciperfError(
+                f"{path}: line {number} is {len(line)} bytes; an MLLOG record is at most "
+                f"{MAX_RECORD_BYTES} bytes (the official checker's time grows with the "
+                "square of a line's length)")
+    return data
+
+
+def parse_log(path: str | Path) -> RunLog:
+    """Read one MLLOG file (through :func:`read_log`). Corrupt lines are counted (the
+    compliance checker rejects such a log); a file that is unreadable, holds a line too
+    long to check or no MLLOG line at all is a user error."""
+    path = Path(path)
+    text = read_log(path).decode("utf-8", errors="replace")
     events, bad = [], 0
     for line in text.splitlines():
         try:
             event = _event(line.strip())
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # deep nesting: corrupt
             bad += 1
             continue
         if event is not None:

@@ -151,7 +151,7 @@ def scaling_factor(folder: Path | None) -> float:
         return 1.0
     try:
         factor = json.loads(file.read_text())["scaling_factor"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # deep nesting
         raise SciperfError(f"{file}: no readable scaling_factor ({exc})") from None
     # json reads NaN and Infinity; a factor ≤ 0 would make a negative or zero score
     if isinstance(factor, bool) or not isinstance(factor, int | float) \
@@ -250,7 +250,8 @@ def score_weak(group: Group) -> Score:
 
 
 def _check_all(paths: Sequence[Path], ruleset: str) -> list[tuple[bool, str | None]]:
-    """The official checker on every file, several processes at a time."""
+    """The official checker on every file, several processes at a time; the first file
+    refused (the checker's time limit) ends it (map drops the checks not yet started)."""
     from sciperf.results.check import check_log
 
     def one(path: Path) -> tuple[bool, str | None]:

@@ -155,7 +155,7 @@ def read_summary(file: Path | str, required: Iterable[str] = ()) -> dict[str, An
         raise SciperfError(f"{file}: cannot be read ({reason})") from None
     try:
         data = json.loads(text, parse_constant=_Bare)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise SciperfError(f"{file}: not valid JSON ({exc})") from None
     return check_summary(data, file, required)
 
