@@ -5,6 +5,12 @@ written last (atomically), so a dataset is complete only when it exists and equa
 request; before regenerating, the entry and the format's old samples are removed, so a run
 with another seed, size or count leaves no stale files that would sort among the new ones.
 Shared by every workload's synthetic generator.
+
+An entry describes a dataset by what decides its bytes (the request's seed, sizes, counts…),
+never by where it lies: a complete set copied elsewhere, or bound read-only at another path
+(``apptainer exec --bind DATA:/data:ro``), is the same set — ready, not rewritten. A
+request's ``root`` says where to write; it is not recorded, and the absolute ``root`` that
+manifests written before held is ignored when they are read (they stay valid).
 """
 
 from __future__ import annotations
@@ -19,13 +25,24 @@ from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 
 MANIFEST = "sciperf_dataset.json"
+LOCATION = "root"  # a request's key saying where the set is written, not what it holds
+
+
+def content(request: Any) -> Any:
+    """What a manifest records of `request`: the request without where the set lies."""
+    if not isinstance(request, dict):
+        return request
+    return {k: v for k, v in request.items() if k != LOCATION}
 
 
 def _read(root: Path) -> dict[str, Any]:
     try:
-        return json.loads((root / MANIFEST).read_text())
+        data = json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {fmt: content(request) for fmt, request in data.items()}
 
 
 def _write(root: Path, data: dict[str, Any]) -> None:
@@ -35,7 +52,8 @@ def _write(root: Path, data: dict[str, Any]) -> None:
 
 
 def entry(root: str | Path, fmt: str) -> Any:
-    """The request the generator recorded for `fmt` in `root` (None: none)."""
+    """The request the generator recorded for `fmt` in `root`, without a location (None:
+    none)."""
     return _read(Path(root)).get(fmt)
 
 
@@ -46,7 +64,7 @@ def complete(root: str | Path, fmt: str, request: dict[str, Any],
     deleted split or file was "dataset ready", then a refusal in train pointing back at
     prepare)."""
     root = Path(root)
-    if _read(root).get(fmt) != request:
+    if _read(root).get(fmt) != content(request):
         return False
     if layout is None or counts is None:
         return True
@@ -63,7 +81,7 @@ def complete(root: str | Path, fmt: str, request: dict[str, Any],
 def record(root: str | Path, fmt: str, request: dict[str, Any]) -> None:
     """Mark the dataset of `fmt` complete (the generator's last step)."""
     data = _read(Path(root))
-    data[fmt] = request
+    data[fmt] = content(request)
     _write(Path(root), data)
 
 

@@ -193,7 +193,7 @@ def _forget_other_formats(req: GenerateRequest) -> None:
     """The other format's set, when made from other settings, is no longer complete: the
     stats.h5 written now replaces its statistics (npy samples of seed 0 were "ready" and
     normalised with the statistics of an hdf5 set of seed 7)."""
-    mine = {k: v for k, v in asdict(req).items() if k != "fmt"}
+    mine = {k: v for k, v in manifest.content(asdict(req)).items() if k != "fmt"}
     for fmt in fmt_dc.SUFFIX:
         entry = manifest.entry(req.root, fmt)
         if fmt != req.fmt and isinstance(entry, dict) and \

@@ -46,15 +46,21 @@ def _recipe(cfg: Any) -> dict[str, Any]:
 
 
 def ready(cfg: Any) -> bool:
-    """The data folder holds the checkpoint this config would make."""
+    """The data folder holds the checkpoint this config would make — wherever the folder
+    lies now (the recipe's data entry names no path; the ``root`` an earlier version's
+    record kept there is ignored)."""
+    from sciperf.data import manifest
     root = Path(cfg.data.dir)
     record = root / RECORD
     if not (root / PRETRAINED).is_file() or not record.is_file():
         return False
     try:
-        return json.loads(record.read_text()) == _recipe(cfg)
+        saved = json.loads(record.read_text())
     except ValueError:
         return False
+    if isinstance(saved, dict) and "data" in saved:
+        saved["data"] = manifest.content(saved["data"])
+    return saved == _recipe(cfg)
 
 
 def pretrain(cfg: Any, force: bool = False) -> Path | None:
