@@ -7,6 +7,7 @@ container (`container.py`) wraps the program, the system config supplies site fa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,16 +22,19 @@ from sciperf import checkpoint
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.output import run_records, usable
+from sciperf.results.summary import SUMMARY_FILE
 from sciperf.results.throughput import throughput
 
 from .compose import Plan, Program, command, default_program, plan
 from .container import CONTAINERS, make_container
 from .launcher import LAUNCHERS, MPI_FLAVOURS, Allocation, LocalLauncher, make_launcher
 from .local import free_port, port_is_free, run_local, run_script
+from .ports import reserved_port
 
 __all__ = ["CONTAINERS", "LAUNCHERS", "MPI_FLAVOURS", "Allocation", "Plan", "Program",
-           "command", "default_program", "job_env", "launch", "make_container",
-           "make_launcher", "plan", "run_local", "submit", "write_script"]
+           "command", "default_program", "free_port", "job_env", "launch", "make_container",
+           "make_launcher", "plan", "port_is_free", "reserved_port", "run_local", "submit",
+           "write_script"]
 
 
 def job_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -130,11 +134,11 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         if dry:
             return 0
         assert isinstance(job.launcher, LocalLauncher)  # kind "local" is its launcher's
-        port = job.launcher.master_port()
-        if port is None or not port_is_free(port):
-            port = free_port()
         run_id = f"{LOCAL_RUN_ID}-{os.getpid()}"
-        code = run_local(job.rank_commands(port, run_id, job_env()))
+        # held until the ranks have ended: no other launch hands out the same port
+        with reserved_port(job.launcher.master_port(), _ports(cfg)) as port:
+            code = run_local(job.rank_commands(port, run_id, job_env()),
+                             signal_grace_s=_signal_grace(cfg))
         if int(cfg.get("instances", 1)) > 1 and program is None:
             _report_throughput(job.output_dir, int(cfg.instances))
         return code
@@ -151,6 +155,24 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         print(job_id, flush=True)
         return 0
     print(f"sciperf launch: running {path}", file=sys.stderr, flush=True)
-    if "MASTER_PORT" not in env:  # the script's default port may be another job's
-        env["MASTER_PORT"] = str(DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port())
-    return run_script(str(path), env)
+    with contextlib.ExitStack() as held:
+        if "MASTER_PORT" not in env:  # the script's default port may be another job's
+            env["MASTER_PORT"] = str(held.enter_context(reserved_port(DEFAULT_PORT,
+                                                                      _ports(cfg))))
+        return run_script(str(path), env, max(30.0, _signal_grace(cfg)),
+                          torchrun=job.launcher.name == "torchrun",
+                          summary=Path(job.output_dir) / SUMMARY_FILE)
+
+
+def _ports(cfg: Any) -> int:
+    """Rendezvous ports a job uses from MASTER_PORT on: one, or in throughput mode the
+    instances' own after it (sciperf.distributed.split_instances)."""
+    instances = int(cfg.get("instances", 1))
+    return 1 + instances if instances > 1 else 1
+
+
+def _signal_grace(cfg: Any) -> float:
+    """How long ranks sent SIGTERM by `sciperf launch` get before SIGKILL: their
+    train.term_grace_s to checkpoint (or write their records), and 10 s for the write."""
+    grace = OmegaConf.select(cfg, "train.term_grace_s", default=None)
+    return float(grace if isinstance(grace, int | float) else 20) + 10.0

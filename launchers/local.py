@@ -1,4 +1,5 @@
-"""The `local` launcher's supervisor: N processes on this host, all stopped when one fails."""
+"""The `local` launcher's supervisor: N processes on this host, all stopped when one fails;
+and the host script (mpirun, torchrun) `sciperf launch` runs when there is no Slurm."""
 
 from __future__ import annotations
 
@@ -13,8 +14,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from sciperf.errors import SciperfError
+
+from .report import (
+    CHECKPOINTED_LINE,
+    EX_TEMPFAIL,
+    TorchrunReport,
+    checkpointed_since,
+    failed_line,
+    shell_status,
+)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -28,6 +39,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing is bound to at this moment (a job's own: `ports.reserved_port`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -61,26 +73,21 @@ def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
         proc.wait()
 
 
-def exit_code(returncode: int) -> int:
-    """A child's status as a shell reports it (killed by signal N → 128+N)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-# a rank that gets SIGKILL from nobody it knows: most often the kernel's OOM killer
-KILLED_HINT = (" (SIGKILL: out of memory? the kernel's OOM killer leaves no other trace — "
-               "`dmesg | grep -i oom`; lower train.global_batch_size or use more ranks)")
+exit_code = shell_status  # a child's status as a shell reports it (signal N → 128+N)
 
 
 def run_local(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
-              grace_s: float = 5.0, poll_s: float = 0.1) -> int:
-    """Start every (argv, env) at once; return 0 when all succeed, else the first failure.
+              grace_s: float = 5.0, poll_s: float = 0.1, signal_grace_s: float = 30.0) -> int:
+    """Start every (argv, env) at once and return the ranks' verdict (`report`): 0 when
+    all succeed, 75 when rank 0 stopped with a checkpoint, else the first failure's status.
 
-    A rank that exits non-zero (or is killed) stops the others within `grace_s`; SIGINT
-    and SIGTERM to this process stop all ranks the same way.
+    A rank that exits non-zero (or is killed) stops the others within `grace_s`. SIGINT
+    and SIGTERM to this process pass on to every rank, which gets `signal_grace_s` — its
+    train.term_grace_s and the write — to checkpoint or close its records before SIGKILL.
     """
     procs: list[subprocess.Popen] = []
     with _caught_signals() as caught:
-        return _supervise(commands, procs, caught, grace_s, poll_s)
+        return _supervise(commands, procs, caught, grace_s, poll_s, signal_grace_s)
 
 
 @contextlib.contextmanager
@@ -99,28 +106,87 @@ def _caught_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+READER_DRAIN_S = 5.0  # after the job: what a stray holder of its stderr still writes
+
+
 def run_script(path: str, env: Mapping[str, str], grace_s: float = 30.0,
-               poll_s: float = 0.1) -> int:
-    """`bash path` (a rendered host script: mpirun, torchrun) in its own process group,
-    its status returned; SIGINT/SIGTERM to `sciperf launch` reach the whole group — the
-    launcher and its ranks — which gets `grace_s` to write its aborted records before
-    SIGKILL (the script kept running when only `sciperf launch` ended); a `kill -9` of
-    `sciperf launch` has the kernel SIGTERM the exec'd mpirun/torchrun, which stops its
-    ranks (they ran on as orphans)."""
+               poll_s: float = 0.1, *, torchrun: bool = False,
+               summary: Path | None = None) -> int:
+    """`bash path` (a rendered host script: mpirun, torchrun) in its own process group;
+    returns the ranks' verdict (`report`). SIGINT/SIGTERM to `sciperf launch` reach the
+    whole group — the launcher and its ranks — which gets `grace_s` to checkpoint or write
+    its aborted records before SIGKILL (the script kept running when only `sciperf launch`
+    ended); a `kill -9` of `sciperf launch` has the kernel SIGTERM the exec'd
+    mpirun/torchrun, which stops its ranks (they ran on as orphans).
+
+    `torchrun`: the job's stderr passes through `report.TorchrunReport`, which withholds
+    torchrun's traceback for a failed rank; one line names the rank instead, and its
+    status (torchrun exits 1 whatever it was) is the launch's. `summary`: rank 0's
+    summary.json, which says whether the run checkpointed when torchrun, ended by a
+    signal, reports no rank's status at all."""
+    since = time.time_ns()
+    report = TorchrunReport(_to_stderr) if torchrun else None
     with _caught_signals() as caught:
         try:
             # the script execs mpirun/torchrun, which keeps the parent-death signal
             proc = subprocess.Popen(["bash", path], env=dict(env), start_new_session=True,
-                                    preexec_fn=_die_with_supervisor())
+                                    preexec_fn=_die_with_supervisor(),
+                                    stderr=subprocess.PIPE if report else None)
         except OSError as exc:
             raise SciperfError(f"cannot start bash: {exc.strerror or exc}") from exc
+        reader = _pump(proc.stderr, report) if report and proc.stderr else None
         try:
-            while (code := proc.poll()) is None and not caught:
+            while proc.poll() is None and not caught:
                 time.sleep(poll_s)
-            return exit_code(code) if code is not None else 128 + caught[0]
         finally:
             if proc.poll() is None or _session_members(proc.pid):
                 stop_session(proc, grace_s)
+            if reader is not None:
+                reader.join(timeout=READER_DRAIN_S)
+    return _script_verdict(exit_code(proc.returncode), caught, report,
+                           checkpointed_since(summary, since))
+
+
+def _to_stderr(line: bytes) -> None:
+    try:
+        sys.stderr.write(line.decode(errors="replace"))
+        sys.stderr.flush()
+    except (OSError, ValueError):  # our stderr is gone: the job's lines are still drained
+        pass
+
+
+def _pump(stream: IO[bytes], report: TorchrunReport) -> threading.Thread:
+    """A thread passing the job's stderr through `report`, line by line, as it comes."""
+    def pump() -> None:
+        with stream:
+            for line in iter(stream.readline, b""):
+                report.feed(line)
+        report.close()
+    thread = threading.Thread(target=pump, name="sciperf-launch-stderr", daemon=True)
+    thread.start()
+    return thread
+
+
+def _script_verdict(code: int, caught: list[int], report: TorchrunReport | None,
+                    checkpointed: bool) -> int:
+    """The launch's status and one line, from the script's status, a signal to `sciperf
+    launch`, torchrun's report and rank 0's summary."""
+    failed = report.failed() if report else None
+    if code == 0 and not caught:
+        return 0
+    if checkpointed or (failed is not None and failed.rank == 0
+                        and failed.status == EX_TEMPFAIL):
+        print(CHECKPOINTED_LINE, file=sys.stderr, flush=True)
+        return EX_TEMPFAIL
+    if failed is not None:
+        print(failed_line(failed.rank, failed.status, "; torchrun stopped the other ranks"),
+              file=sys.stderr, flush=True)
+        return failed.status
+    if caught:
+        return 128 + caught[0]
+    if report is not None and report.signal is not None:  # torchrun's own SignalException
+        return 128 + report.signal
+    return code  # mpirun's: the first failed rank's status (75 included)
 
 
 def _session_members(sid: int) -> list[int]:
@@ -186,8 +252,11 @@ def _die_with_supervisor() -> Callable[[], None] | None:
 
 def _supervise(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
                procs: list[subprocess.Popen], caught: list[int], grace_s: float,
-               poll_s: float) -> int:
-    """run_local's loop: start every rank, watch them, stop all on the first failure."""
+               poll_s: float, signal_grace_s: float) -> int:
+    """run_local's loop: start every rank, watch them, stop all on the first failure.
+
+    A rank that exits 75 stopped with a checkpoint, not failed: every rank agreed on that
+    step (an all-reduce), so its peers end too, 0, and are waited for."""
     preexec = _die_with_supervisor()
     try:
         for argv, env in commands:
@@ -198,21 +267,32 @@ def _supervise(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]],
                 raise SciperfError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
         while True:
             codes = [proc.poll() for proc in procs]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed or caught:
-                if failed:
-                    rank, code = failed[0]
-                    status = exit_code(code)
-                    rest = "; stopping the other ranks" if len(procs) > 1 else ""
-                    why = KILLED_HINT if code == -signal.SIGKILL else ""
-                    print(f"sciperf launch: rank {rank} exited with status {status}{why}{rest}",
-                          file=sys.stderr, flush=True)
-                else:
-                    status = 128 + caught[0]
+            failed = [(rank, code) for rank, code in enumerate(codes)
+                      if code not in (None, 0, EX_TEMPFAIL)]
+            if failed:
+                rank, code = failed[0]
+                rest = "; stopping the other ranks" if len(procs) > 1 else ""
+                print(failed_line(rank, exit_code(code), rest), file=sys.stderr, flush=True)
                 stop_all(procs, grace_s)
-                return status or 1
-            if all(code == 0 for code in codes):
-                return 0
+                return exit_code(code)
+            if caught:  # passed on to the ranks; what they make of it is the verdict
+                stop_all(procs, signal_grace_s)
+                return _verdict([exit_code(proc.returncode) for proc in procs],
+                                128 + caught[0])
+            if all(code is not None for code in codes):
+                return _verdict([exit_code(code) for code in codes if code is not None], 0)
             time.sleep(poll_s)
     finally:
         stop_all([p for p in procs if p.poll() is None], grace_s)
+
+
+def _verdict(statuses: list[int], otherwise: int) -> int:
+    """75 when rank 0 checkpointed (its peers end 0) and no rank failed; 0 when every rank
+    succeeded; else `otherwise` (the signal that ended the job)."""
+    if EX_TEMPFAIL in statuses and all(s in (0, EX_TEMPFAIL) for s in statuses):
+        if statuses[0] == EX_TEMPFAIL:
+            print(CHECKPOINTED_LINE, file=sys.stderr, flush=True)
+        return EX_TEMPFAIL
+    if all(s == 0 for s in statuses):
+        return 0
+    return otherwise or 1

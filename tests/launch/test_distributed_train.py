@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -205,15 +204,11 @@ def test_a_hung_rank_ends_the_job_in_one_line_after_the_timeout(data, tmp_path, 
     assert ended < HUNG_END_S and agent.returncode != 0
     errors = [ln for ln in stderr.splitlines() if ln.startswith("sciperf train:")]
     assert len(errors) == 1 and "a peer rank stopped responding" in errors[0], stderr[-3000:]
-    # torchrun itself always reports a failed worker with its ChildFailedError traceback;
-    # no traceback comes from sciperf's code
-    assert not re.search(r'File ".*/(sciperf|sciperf_pytorch)/', stderr), stderr[-3000:]
-    if launcher[0] == "launcher=local":
-        assert "Traceback" not in stderr, stderr[-5000:]
-        # the supervisor names the rank that failed first, not the stopped one it SIGKILLs
-        # (which would read as the kernel's OOM kill)
-        assert "sciperf launch: rank 0 exited with status 1" in stderr, stderr[-3000:]
-        assert "out of memory" not in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-5000:]
+    # the launcher names the rank that failed first, not the stopped one it SIGKILLs (which
+    # would read as the kernel's OOM kill)
+    assert "sciperf launch: rank 0 exited with status 1" in stderr, stderr[-3000:]
+    assert "out of memory" not in stderr, stderr[-3000:]
     stops = [json.loads(ln[len(":::MLLOG "):]) for ln in log.read_text().splitlines()
              if '"key": "run_stop"' in ln]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
