@@ -10,7 +10,9 @@ folder of its benchmark. The system description is filled from the `system` sect
 the runs' config (stored in summary.json), the versions the runs recorded, and — only
 when the runs were made on this host — this machine's facts from `sciperf info`; what
 nobody measured stays an empty string, never a guess. The tree is built in a temporary
-sibling folder and renamed into place, so an error leaves nothing half-written.
+sibling folder and renamed into place (`sciperf.data.atomic.folder_aside`), so an error
+— a full disk too, one line naming the file at its place in the tree — leaves nothing
+half-written: a reader of DEST (the summarizer, `score`) finds a whole tree or none.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import aside_dir, check_output_dir, new_parents
+from sciperf.data import atomic
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results import tree
 from sciperf.results.logs import parse_log
@@ -195,17 +198,26 @@ def plan(runs: list[RunDir]) -> dict[tuple[str, str], list[Path]]:
 
 
 def write_tree(org: Path, system: str, layout: dict[tuple[str, str], list[Path]],
-               desc: dict[str, Any]) -> None:
+               desc: dict[str, Any], place: Path | None = None) -> None:
     """The logs of `layout` (plan's) as `system`'s results under the organisation folder
-    `org`, numbered in submission order, and the system description beside them."""
+    `org`, numbered in submission order, and the system description beside them. `place`:
+    where `org` goes once built aside, the folder a failed write's line names."""
+    def named(path: Path) -> Path:
+        return path if place is None else place / path.relative_to(org)
+
     for (mode, benchmark), logs in layout.items():
         folder = tree.result_dir(org, system, mode, benchmark)
-        folder.mkdir(parents=True)
+        with atomic.failing_as(named(folder)):
+            folder.mkdir(parents=True)
         for i, log in enumerate(logs):
-            shutil.copy2(log, folder / tree.result_name(i))
+            path = folder / tree.result_name(i)
+            # the log was read whole by read_run_dir: what fails here is the write
+            with atomic.replacing(path, named=named(path)) as tmp:
+                shutil.copy2(log, tmp)
     description = tree.system_json(org, system)
-    description.parent.mkdir()
-    description.write_text(json.dumps(desc, indent=2) + "\n")
+    with atomic.failing_as(named(description.parent)):
+        description.parent.mkdir()
+    atomic.write_text(description, json.dumps(desc, indent=2) + "\n", named=named(description))
 
 
 def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
@@ -225,12 +237,6 @@ def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
     runs = [read_run_dir(t) for t in _distinct(targets)]
     layout = plan(runs)
     desc = system_description(system, runs)
-    with new_parents(dest):
-        tmp = aside_dir(dest)
-        try:
-            write_tree(tmp, system, layout, desc)
-            os.rename(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    with atomic.folder_aside(dest) as tmp:
+        write_tree(tmp, system, layout, desc, place=dest)
     return dest

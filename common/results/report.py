@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import base64
 import html
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf.data.layout import aside_dir, check_output_dir, new_parents
+from sciperf.data import atomic
+from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import RunLog, find_logs, quality_target
 from sciperf.results.mllog import RULESET
@@ -103,6 +102,8 @@ def run_facts(run: Run, group: Group) -> RunFacts:
 
 
 # --- plots -----------------------------------------------------------------------------------
+# Each plot is saved to `path` through the atomic helper: written aside, renamed when whole;
+# a refused write (a full disk) is one line naming `named`, the file's place in the report.
 
 def _figure(width: float = 7.0, height: float = 4.0) -> Any:
     from matplotlib.figure import Figure  # Agg canvas, no pyplot global state
@@ -113,7 +114,8 @@ def _colors(groups: list[str]) -> dict[str, str]:
     return {g: COLORS[i % len(COLORS)] for i, g in enumerate(groups)}
 
 
-def plot_convergence(facts: list[RunFacts], benchmark: str, x: str, path: Path) -> Any:
+def plot_convergence(facts: list[RunFacts], benchmark: str, x: str, path: Path,
+                     named: Path | None = None) -> Any:
     """Eval metric vs epoch (x="epoch") or vs minutes since run_start (x="time")."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -131,11 +133,11 @@ def plot_convergence(facts: list[RunFacts], benchmark: str, x: str, path: Path) 
     ax.set_ylabel(target[0] if target else "eval metric")
     ax.set_title(f"{benchmark}: convergence")
     ax.legend(fontsize=7)
-    fig.savefig(path)
+    atomic.save_figure(fig, path, named=named)
     return fig
 
 
-def plot_breakdown(facts: list[RunFacts], path: Path) -> Any:
+def plot_breakdown(facts: list[RunFacts], path: Path, named: Path | None = None) -> Any:
     """Stacked bars: seconds of each phase per run."""
     fig = _figure(7.0, max(2.5, 0.3 * len(facts) + 1.2))
     ax = fig.add_subplot()
@@ -149,11 +151,12 @@ def plot_breakdown(facts: list[RunFacts], path: Path) -> Any:
     ax.set_xlabel("minutes")
     ax.set_title("time breakdown per run")
     ax.legend(fontsize=7)
-    fig.savefig(path)
+    atomic.save_figure(fig, path, named=named)
     return fig
 
 
-def plot_time_to_train(scores: list[Score], facts: list[RunFacts], path: Path) -> Any:
+def plot_time_to_train(scores: list[Score], facts: list[RunFacts], path: Path,
+                       named: Path | None = None) -> Any:
     """Each run's time to train (dots) and each group's score (bar)."""
     fig = _figure(7.0, max(2.5, 0.45 * len(scores) + 1.2))
     ax = fig.add_subplot()
@@ -169,7 +172,7 @@ def plot_time_to_train(scores: list[Score], facts: list[RunFacts], path: Path) -
     ax.set_xlabel("minutes")
     ax.set_title("time to train")
     ax.legend(fontsize=7)
-    fig.savefig(path)
+    atomic.save_figure(fig, path, named=named)
     return fig
 
 
@@ -195,7 +198,7 @@ def scaling_rows(facts: list[RunFacts]) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_scaling(rows: list[dict[str, Any]], path: Path) -> Any:
+def plot_scaling(rows: list[dict[str, Any]], path: Path, named: Path | None = None) -> Any:
     """Samples/s vs ranks, with ideal linear scaling from the smallest scale."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -210,7 +213,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> Any:
     ax.set_ylabel("train samples/s")
     ax.set_title("throughput vs ranks")
     ax.legend(fontsize=7)
-    fig.savefig(path)
+    atomic.save_figure(fig, path, named=named)
     return fig
 
 
@@ -313,8 +316,13 @@ def _with_checked_summaries(targets: Sequence[str | Path], ruleset: str) -> list
     return runs
 
 
-def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -> list[Block]:
-    """Score, measure and plot; PNGs go to `folder`; returns the document blocks."""
+def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET,
+          place: Path | None = None) -> list[Block]:
+    """Score, measure and plot; PNGs go to `folder` (`place`: where it goes once built
+    aside, the folder a failed write's line names); returns the document blocks."""
+    def png(name: str) -> tuple[Path, Path]:  # (where it is written, where it is named)
+        return folder / name, (folder if place is None else place) / name
+
     groups = group_runs(_with_checked_summaries(targets, ruleset))
     scores = [score_group(g, ruleset) for g in groups]
     facts = [run_facts(r, g) for g in groups for r in g.runs]
@@ -326,9 +334,9 @@ def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -
         ("h2", "Scores per system / framework"), ("table", group_table(scores, facts)),
         ("h2", "Runs"), ("table", run_table(facts)),
     ]
-    plot_time_to_train(scores, facts, folder / "time_to_train.png")
+    plot_time_to_train(scores, facts, *png("time_to_train.png"))
     blocks += [("img", ("time_to_train.png", "time to train per group and run"))]
-    plot_breakdown(facts, folder / "breakdown.png")
+    plot_breakdown(facts, *png("breakdown.png"))
     blocks += [("h2", "Time breakdown"),
                ("img", ("breakdown.png", "init, staging, training, evaluation per run"))]
     blocks.append(("h2", "Convergence"))
@@ -336,11 +344,11 @@ def build(targets: Sequence[str | Path], folder: Path, ruleset: str = RULESET) -
         mine = [f for f in facts if (f.run.log.benchmark or "?") == benchmark]
         for x in ("epoch", "time"):
             name = f"convergence_{benchmark}_{x}.png"
-            plot_convergence(mine, benchmark, x, folder / name)
+            plot_convergence(mine, benchmark, x, *png(name))
             blocks.append(("img", (name, f"{benchmark}: eval metric vs {x}")))
     rows = scaling_rows(facts)
     if rows:
-        plot_scaling(rows, folder / "scaling.png")
+        plot_scaling(rows, *png("scaling.png"))
         blocks += [("h2", "Scaling"),
                    ("table", (["benchmark", "series", "ranks", "samples/s", "efficiency"],
                               [[r["benchmark"], r["series"], str(r["ranks"]),
@@ -376,24 +384,16 @@ def _report_file(path: Path) -> bool:
 
 def report(targets: Sequence[str | Path], out: str | Path, ruleset: str = RULESET) -> Path:
     """Write report.md, report.html and the PNGs to `out`, replacing a previous report
-    whole (built aside, then renamed; an error leaves the old one untouched)."""
+    whole. The report is built aside and renamed (`sciperf.data.atomic.folder_aside`):
+    whole folders, not file by file, because a new report replaces an old one, which must
+    stay as it was when the new one fails (a full disk: one line naming the file), and a
+    report is never a mix of two."""
     out = Path(out)
     _check_replaceable(out)
     check_output_dir(out, aside=True)
-    with new_parents(out):
-        tmp = aside_dir(out)
-        try:
-            blocks = build(targets, tmp, ruleset)
-            (tmp / "report.md").write_text(_md(blocks))
-            (tmp / "report.html").write_text(_html(blocks, tmp, "sciperf report"))
-            if out.exists():
-                old = out.with_name(f".{out.name}.old-{os.getpid()}")
-                os.rename(out, old)
-                os.rename(tmp, out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    with atomic.folder_aside(out, replace=True) as tmp:
+        blocks = build(targets, tmp, ruleset, place=out)
+        for name, text in (("report.md", _md(blocks)),
+                           ("report.html", _html(blocks, tmp, "sciperf report"))):
+            atomic.write_text(tmp / name, text, named=out / name)
     return out

@@ -40,12 +40,12 @@ machine's peak; and it draws the roofline (`roofline.png`).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sciperf.config_checks import check_peak
+from sciperf.data import atomic
 from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 from sciperf.results.logs import parse_log
@@ -274,19 +274,19 @@ def check_out(out: Path) -> Path:
 
 
 def write_outputs(result: dict[str, Any], out: Path) -> Path:
-    """characterize.json + roofline.png in `out`: both written aside first, then renamed,
-    so a failure leaves no half of a new pair beside the other half of an old one."""
+    """characterize.json + roofline.png in `out`, replaced together
+    (`sciperf.data.atomic.replace_together`): both written aside first, then renamed, so a
+    failure — a full disk: one line naming the file — leaves no half of a new pair beside
+    the other half of an old one. `out` may hold other files (a run's folder), so the pair
+    is replaced file by file rather than the folder whole; a folder made for it (and its
+    parents) goes again when the pair cannot be written (`atomic.folder_for`)."""
     check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp_json, tmp_png = out / ".characterize.json.tmp", out / ".roofline.png.tmp"
-    try:
-        tmp_json.write_text(json.dumps(result, indent=2) + "\n")
-        plot_roofline(result, tmp_png)
-        os.replace(tmp_json, out / "characterize.json")
-        os.replace(tmp_png, out / "roofline.png")
-    finally:
-        tmp_json.unlink(missing_ok=True)
-        tmp_png.unlink(missing_ok=True)
+    with atomic.folder_for(out):
+        atomic.replace_together({
+            out / "characterize.json":
+                lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"),
+            out / "roofline.png": lambda tmp: plot_roofline(result, tmp),
+        })
     return out
 
 

@@ -152,11 +152,12 @@ def test_a_failure_while_writing_leaves_no_partial_tree(runs, tmp_path, monkeypa
         return shutil.copyfile(src, dst)
 
     monkeypatch.setattr("sciperf.results.package.shutil.copy2", failing_copy)
-    with pytest.raises(OSError):
+    with pytest.raises(SciperfError, match="result_1.txt: cannot be written"):
         package([str(p) for p in runs["strong"]], "x", tmp_path / "tree")
     assert len(calls) == 2 and _no_leftovers(tmp_path, "tree")
     calls.clear()
-    with pytest.raises(OSError):  # the folders made for --out a/b/tree go again
+    # the folders made for --out a/b/tree go again
+    with pytest.raises(SciperfError, match="result_1.txt: cannot be written"):
         package([str(p) for p in runs["strong"]], "x", tmp_path / "a" / "b" / "tree")
     assert len(calls) == 2 and not (tmp_path / "a").exists()
     package([str(runs["strong"][0])], "x", tmp_path / "tree")
