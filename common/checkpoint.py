@@ -19,7 +19,10 @@ request), ``driver.json``'s ``epoch_progress`` holds the steps, samples, loss su
 seconds of the unfinished epoch, and the resumed epoch skips the batches already trained.
 
 A checkpoint is written aside (``.epoch_NNNN.tmp``) and renamed into place, so a folder
-named ``epoch_NNNN`` is complete; the newest ``train.checkpoint_keep`` stay. Resuming
+named ``epoch_NNNN`` is complete; the newest ``train.checkpoint_keep`` stay. ``checkpoints/``
+may be a link to other storage (a scratch filesystem): it is followed, never replaced, and a
+link to nowhere is refused before a run that checkpoints or resumes writes anything (on a
+node without the mount a resume would start anew). Resuming
 (``train.resume=auto``) takes the newest folder whose files match its manifest; a corrupt
 or truncated one is named in one line and the one before it is used. The data order of an
 epoch is a function of (seed, epoch), so an epoch boundary needs no loader state.
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 
 FOLDER = "checkpoints"
@@ -48,6 +52,27 @@ FORMAT = 1
 def folder(out: Path) -> Path:
     """Where a run's checkpoints live."""
     return out / FOLDER
+
+
+def entries(out: Path) -> list[Path]:
+    """What checkpointing wrote in `out`'s checkpoints folder (through a link too): the
+    checkpoints and any a dead write left aside. Nothing else there is a run's."""
+    root = folder(out)
+    if not root.is_dir():
+        return []
+    return sorted({*root.glob("epoch_*"), *root.glob(".epoch_*.tmp")})
+
+
+def check_folder(out: Path) -> None:
+    """The checkpoints folder of `out` is a folder, if it is there: a link whose target is
+    missing (scratch not mounted on this node) or a file is one line, not a resume that
+    starts anew or a run whose first checkpoint fails."""
+    root = folder(out)
+    if root.is_dir() or not (root.exists() or root.is_symlink()):
+        return
+    what = f"a link to {os.readlink(root)}, which is not a folder" if root.is_symlink() \
+        else "not a folder"
+    raise SciperfError(f"{root} is {what}: mount or make its target, or remove it")
 
 
 def _name(epoch: int, partial: int | None = None) -> str:
@@ -71,9 +96,9 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
     root = folder(out)
     name = _name(epoch, partial)
     final, tmp = root / name, root / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     failure = None
     try:
+        atomic.remove(tmp)  # a dead write's: one that cannot go is this write's failure
         tmp.mkdir(parents=True)
         backend.save_state(tmp)
         (tmp / DRIVER).write_text(json.dumps({"format": FORMAT, **driver}, indent=2,
@@ -84,7 +109,7 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
                  for p in sorted(tmp.iterdir())}
         (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "epoch": epoch,
                                                 "files": files}, indent=2))
-        shutil.rmtree(final, ignore_errors=True)
+        atomic.remove(final)  # (an equal one: the same epoch written again)
         os.replace(tmp, final)
     except (OSError, RuntimeError) as exc:  # a full disk: one line, no partial folder
         failure = f"cannot write checkpoint {final}: {_write_reason(exc, root)}"
@@ -119,9 +144,15 @@ def _write_reason(exc: OSError | RuntimeError, where: Path) -> str:
 
 
 def _prune(root: Path, keep: int) -> None:
-    """Keep the newest `keep` checkpoints."""
+    """Keep the newest `keep` checkpoints. One that cannot go is said, not skipped in
+    silence (the disk fills with them); the run goes on, as the newest is whole."""
     for old in sorted(root.glob("epoch_*"))[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            atomic.remove(old)
+        except OSError as exc:
+            print(f"checkpoint {old} not removed (train.checkpoint_keep={keep}): "
+                  f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}",
+                  flush=True)
 
 
 def problem(path: Path) -> str | None:

@@ -8,28 +8,38 @@ An ``output_dir`` holding run records is refused unless ``train.overwrite=true``
 deletes those records first, or the run resumes from a checkpoint there
 (``train.resume=auto``), which continues them. Other files there (a rendered job script,
 ``slurm-*.out``) are the job's, not a run's, and stay.
+
+A record that cannot be deleted ends the claim in one line: kept in silence it would mix
+two runs (an earlier run's checkpoint outliving the overwrite, a later resume continuing it).
+``checkpoints/`` may be a link the user made to other storage (a scratch filesystem): the
+link stays, the checkpoints in it go, and nothing else its target holds is touched.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import shutil
 from pathlib import Path
 
+from sciperf import checkpoint
+from sciperf.data import atomic
 from sciperf.data.layout import check_output_dir
 from sciperf.errors import SciperfError
 
-# what a run writes (the records check/score/package read, and the weights it saves)
+# what a run writes (the records check/score/package read, and the weights it saves); its
+# checkpoints folder is one when it holds checkpoints (:func:`sciperf.checkpoint.entries`)
 RUN_RECORDS = ("result_*.txt", "summary.json", "summary_*.json", "weights_*.npz",
-               ".summary*.json.tmp", "checkpoints")
+               ".summary*.json.tmp")
 
 
 def run_records(out: Path) -> list[Path]:
-    """The run records in `out`, sorted (none when it does not exist)."""
+    """The run records in `out`, sorted (none when it does not exist). An empty
+    ``checkpoints/`` (a link made for the first run) is none."""
     if not out.is_dir():
         return []
-    return sorted({p for pattern in RUN_RECORDS for p in out.glob(pattern)})
+    found = {p for pattern in RUN_RECORDS for p in out.glob(pattern)}
+    if checkpoint.entries(out):
+        found.add(checkpoint.folder(out))
+    return sorted(found)
 
 
 def usable(out: Path, key: str = "output_dir") -> Path:
@@ -72,10 +82,24 @@ def claim(out: Path, overwrite: bool, writer: bool, instance: int = 0,
         names = ", ".join(p.name for p in found[:4]) + (", …" if len(found) > 4 else "")
         raise SciperfError(f"output_dir={out} already holds a run ({names}): use a new "
                            "directory, or train.overwrite=true to replace it")
-    for path in found:
-        if path.is_dir():  # checkpoints/: a later resume must not continue the old run
-            shutil.rmtree(path, ignore_errors=True)
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    # the checkpoints first: a refusal then leaves the earlier run's logs beside what is
+    # left of them, never its checkpoints without the records that say what they are
+    for path in sorted(found, key=lambda p: p != checkpoint.folder(out)):
+        try:
+            _remove(path, out)
+        except OSError as exc:  # (rmtree names a file inside by its name alone)
+            inner = f": {exc.filename}" if exc.filename and Path(exc.filename) != path else ""
+            raise SciperfError(f"output_dir={out}: train.overwrite=true cannot remove {path} "
+                               f"({exc.strerror or exc}{inner}): delete the earlier run by "
+                               "hand, or use a new directory") from None
     return out
+
+
+def _remove(path: Path, out: Path) -> None:
+    """One earlier run record, gone. A linked checkpoints folder keeps its link and loses
+    its checkpoints (shutil.rmtree refuses a link)."""
+    if path == checkpoint.folder(out) and path.is_symlink():
+        for entry in checkpoint.entries(out):
+            atomic.remove(entry)
+        return
+    atomic.remove(path)

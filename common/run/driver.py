@@ -34,7 +34,14 @@ from sciperf.info import git_hash, image_info
 from sciperf.results.mllog import MLLogger
 from sciperf.run import signals
 from sciperf.run.checks import check_memory, check_same_config, choose_precision
-from sciperf.run.files import check_init_files, resolve_files, result_file, stage, weights_file
+from sciperf.run.files import (
+    check_init_files,
+    check_reader,
+    resolve_files,
+    result_file,
+    stage,
+    weights_file,
+)
 from sciperf.run.progress import check_finite, epoch_line, step_lines
 from sciperf.run.resume import (
     continue_log,
@@ -75,6 +82,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     # the dataset's listing and the batch rules, before any record: a missing or short
     # dataset is a refusal, not a run that stopped (docs/architecture.md, rule 10)
     plan = resolve_files(cfg, info, workload)
+    check_reader(cfg, workload)  # what every sample shares (a statistics file, an index)
     if cfg.data.stage_dir:  # a stage_dir that is a file, read-only or inside data.dir was
         # refused only after the run's records were written
         stage_root(cfg.data.stage_dir, cfg.data.dir, cfg.workload)  # overlap: no probe

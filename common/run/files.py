@@ -4,8 +4,9 @@ node-locally if asked), and the files named by ``reads`` keys (starting weights,
 reference checkpoint).
 
 Everything here is checked or named before the output directory is claimed: a missing or
-short dataset and an unreadable starting file are refusals, never a run that stopped after
-its records were written (docs/architecture.md, rule 10).
+short dataset, a file every sample needs (the reader's) and an unreadable starting file are
+refusals, never a run that stopped after its records were written (docs/architecture.md,
+rule 10).
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def resolve_files(cfg: Any, info: RankInfo, workload: Workload) -> RankFiles:
     mine_train, mine_eval = workload.plan.rank_files(train, evals, info,
                                                      staged=bool(cfg.data.stage_dir))
     return RankFiles(mine_train, mine_eval, local_batch, len(train), len(evals))
+
+
+def check_reader(cfg: Any, workload: Workload) -> None:
+    """The workload's sample reader built now, as each backend builds it
+    (``Dataset.reader``): building it opens and checks what every sample shares — a
+    normalisation table, an index — so a missing or bad one is refused before output_dir
+    is claimed, and the corrected run may reuse the folder (docs/architecture.md, rule 10)."""
+    workload.dataset.reader(cfg.data.dir, cfg.data.format, workload.model_spec(cfg))
 
 
 def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,

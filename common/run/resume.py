@@ -38,6 +38,8 @@ def resume_point(cfg: Any, out: Path,
     if (every or cfg.train.resume) and info.instances > 1:
         raise SciperfError("train.checkpoint_every / train.resume: not available in "
                            f"throughput mode (instances={info.instances})")
+    if every or cfg.train.resume:  # a linked checkpoints/ whose storage is not there
+        checkpoint.check_folder(out)
     if cfg.train.resume != "auto":
         return None, False
     earlier = _earlier_status(out / summary_file(info.instance, info.instances))

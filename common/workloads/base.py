@@ -42,7 +42,11 @@ class Dataset:
     ``list_samples(root, split, fmt, n)``: sorted sample paths (the first n if n > 0);
     ``sample_files(path, fmt)``: every file of one sample (staging copies them);
     ``reader(root, fmt, model)``: the :class:`SampleReader` for a dataset directory and a
-    model spec (the input size it needs); ``prepare``: ``data.source`` → ``fn(cfg, force)``;
+    model spec (the input size it needs) — the driver builds it before output_dir is
+    claimed (``sciperf.run.files.check_reader``), so building it opens and checks every
+    file all samples share (DeepCAM's stats.h5, an index): a missing one is then a refusal
+    with no records, never a run that fails in its backend's setup;
+    ``prepare``: ``data.source`` → ``fn(cfg, force)``;
     ``payload_bytes(model)``: one sample uncompressed (characterize, without files);
     ``collate``: samples → one batch (variable-size samples: graphs, feature dicts).
     """
