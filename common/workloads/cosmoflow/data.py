@@ -8,7 +8,8 @@
 
 Framework loaders call :func:`list_samples` and :func:`read_sample`; no second definition
 of either format exists anywhere. Every read also checks the values (counts ≥ 0, finite
-targets) at the cost of one vectorised min over data the read already holds.
+targets within ±TARGET_BOUND) at the cost of one vectorised min over data the read already
+holds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from sciperf.workloads.cosmoflow import spec as spec
 from sciperf.workloads.cosmoflow import tfrecord
 
 SUFFIX = {"tfrecord": ".tfrecord", "npy": ".data.npy"}
+# |target| a sample may hold. The targets are the reference's normalised cosmology
+# parameters (the simulations' `unitPar`, each in [-1, 1]) and the model's output,
+# tanh × 1.2, reaches at most 1.2: 10 is 8× beyond anything it can learn, far below what
+# overflows the squared error (a target of 3e38 trains at `loss inf`, naming no file).
+TARGET_BOUND = 10.0
 LAYOUT = SampleLayout(SUFFIX, spec.SPLITS)
 split_dir, list_samples = LAYOUT.split_dir, LAYOUT.list_samples
 
@@ -64,13 +70,19 @@ def non_negative(counts: np.ndarray) -> bool:
 def check_values(path: Path, x: np.ndarray, counts_ok: bool, labels: Path,
                  y: np.ndarray) -> None:
     """One line naming the file for negative counts in `x` (`counts_ok` is
-    :func:`non_negative` of it, already computed) or NaN/Inf in the targets `y` (read from
-    `labels`: the npy label file, or the TFRecord itself)."""
+    :func:`non_negative` of it, already computed) or NaN/Inf or values beyond
+    ±TARGET_BOUND in the targets `y` (read from `labels`: the npy label file, or the
+    TFRecord itself). Counts need no upper bound: int16 holds at most 32767 (log1p ≈ 10.4)."""
     if not counts_ok:
         raise SciperfError(f"{path}: counts hold negative values (min {int(x.min())}); "
                            "CosmoFlow counts are ≥ 0")
     if not np.isfinite(y).all():
         raise SciperfError(f"{labels}: targets y hold NaN or Inf {y.tolist()}")
+    if np.abs(y).max() > TARGET_BOUND:
+        shown = ", ".join(f"{v:.6g}" for v in y.tolist())
+        raise SciperfError(f"{labels}: targets y [{shown}] lie beyond ±{TARGET_BOUND:g} "
+                           "(CosmoFlow's targets are normalised cosmology parameters in "
+                           "[-1, 1])")
 
 
 def _load_npy(path: Path, dtype: type, shape: tuple[int, ...],

@@ -31,6 +31,7 @@ from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads.deepcam import spec as spec
 from sciperf.workloads.deepcam.samples import (
+    DATA_BOUND,
     DATA_KEY,
     H5_WRITE_ERRORS,
     LABEL_KEY,
@@ -56,6 +57,7 @@ from sciperf.workloads.deepcam.stats import (
 )
 
 __all__ = [
+    "DATA_BOUND",
     "DATA_KEY",
     "H5_WRITE_ERRORS",
     "LABEL_KEY",

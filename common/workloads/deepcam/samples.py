@@ -7,11 +7,13 @@
   (float32, H×W×16, raw values) beside ``<name>.label.npy`` (uint8, H×W), read with one
   memcpy each.
 
-Every read checks the values: data of a numeric dtype and finite (one vectorised
-``np.isfinite`` over what the read holds; npy: piece by piece as it arrives,
+Every read checks the values: data of a numeric dtype, finite and within ±DATA_BOUND
+(one vectorised min and max over what the read holds; npy: piece by piece as it arrives,
 ``sciperf.data.npy.load_checked``), labels in {0, 1, 2} — a NaN would otherwise train at
-`loss nan` naming no file. An hdf5 file's declarations (shapes, dtypes, datasets rather
-than groups) are checked before anything is read.
+`loss nan` naming no file, a finite 3e38 passed as climate data. An hdf5 file's
+declarations (shapes, dtypes, datasets rather than groups, data stored in the file itself:
+no external raw storage, virtual dataset or link leading out of it) are checked before
+anything is read.
 
 Both formats share these checks and the raw (unnormalised) sample they return, so they
 live together; the normalisation statistics are :mod:`.stats`, the normalising reader and
@@ -32,6 +34,7 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.deepcam import spec as spec
 
 __all__ = [
+    "DATA_BOUND",
     "DATA_KEY",
     "H5_WRITE_ERRORS",
     "LABEL_KEY",
@@ -55,6 +58,13 @@ NUMERIC_KINDS = "iuf"  # numpy dtype kinds read as numbers (not bool, complex, t
 # a declared (200000, 200000, 16) in a 1 MB chunked file would otherwise be allocated.
 MAX_SAMPLE_FACTOR = 4
 MAX_SAMPLE_VALUES = MAX_SAMPLE_FACTOR * math.prod(spec.SAMPLE_SHAPE)
+# |raw value| a sample may hold. The 16 CAM5 fields are SI quantities whose largest
+# magnitude is surface pressure (PS, PSL ≈ 1.1e5 Pa; next Z200 ≈ 1.2e4 m, then
+# temperatures ≈ 300 K): 1e9 is 10^4 beyond it, and with the statistics' span checked
+# against it (stats.normalisation) every admissible value normalises to a finite float32.
+DATA_BOUND = 1e9
+# Soft links followed while resolving a dataset's path (HDF5's own default limit is 16).
+MAX_SOFT_LINKS = 16
 # h5py reports a write that failed on close (a full disk) as RuntimeError ("Can't decrement
 # id ref count (unable to extend file properly, … 'File too large')")
 H5_WRITE_ERRORS = (OSError, RuntimeError)
@@ -88,8 +98,8 @@ def read_raw(path: Path, fmt: str,
         _check_declared(path, x.shape, y.shape, shape)
     with np.errstate(over="ignore"):  # an overflow is reported as Inf just below
         x32 = np.asarray(x, np.float32)
-    if not checked or x.dtype.itemsize > 4:  # float64 beyond float32's range becomes Inf
-        _check_finite(path, x32)
+    if not checked:  # values within ±DATA_BOUND stay so, and finite, as float32
+        _check_values(path, x32)
     return x32, _labels(labels, y)
 
 
@@ -102,22 +112,34 @@ def _check_numeric(path: Path, x: np.ndarray | h5py.Dataset) -> None:
                            "fields must be float32 numbers)")
 
 
-def _finite(x: np.ndarray) -> bool:
-    """Whether `x` holds no NaN/Inf (integers always pass; non-numeric dtypes are refused
-    after the read by `_check_numeric`)."""
-    return x.dtype.kind not in "fc" or bool(np.isfinite(x).all())
+def _in_range(x: np.ndarray) -> bool:
+    """Whether every value of `x` is finite and within ±DATA_BOUND: one min and one max
+    (NaN propagates through both and fails the comparison). Non-numeric dtypes pass here
+    and are refused after the read by `_check_numeric`."""
+    if x.dtype.kind not in NUMERIC_KINDS or x.size == 0:
+        return True
+    return bool(x.min() >= -DATA_BOUND) and bool(x.max() <= DATA_BOUND)
 
 
-def _check_finite(path: Path, x: np.ndarray) -> None:
-    """One line naming the file for NaN/Inf in the (H, W, C) data; the counts and the
-    first bad channel are only looked for once the cheap test has failed."""
-    if _finite(x):
+def _check_values(path: Path, x: np.ndarray) -> None:
+    """One line naming the file for NaN/Inf, or finite values beyond ±DATA_BOUND, in the
+    (H, W, C) data; the counts and the first bad channel are only looked for once the
+    cheap test has failed."""
+    if _in_range(x):
         return
-    bad = ~np.isfinite(x)
-    nan = int(np.isnan(x).sum())
-    first = _channel(int(np.argwhere(bad)[0][-1]))
-    raise SciperfError(f"{path}: data holds NaN or Inf ({nan} NaN, {int(bad.sum()) - nan} "
-                       f"Inf values; first in {first})")
+    finite = np.isfinite(x)
+    if not finite.all():
+        bad = ~finite
+        nan = int(np.isnan(x).sum())
+        first = _channel(int(np.argwhere(bad)[0][-1]))
+        raise SciperfError(f"{path}: data holds NaN or Inf ({nan} NaN, "
+                           f"{int(bad.sum()) - nan} Inf values; first in {first})")
+    beyond = np.abs(x) > DATA_BOUND
+    index = tuple(np.argwhere(beyond)[0])
+    raise SciperfError(f"{path}: data holds {int(beyond.sum())} value(s) beyond "
+                       f"±{DATA_BOUND:g} (first {x[index].item():g} in "
+                       f"{_channel(int(index[-1]))}); the climate fields are at most ~1.1e5 "
+                       "(surface pressure in Pa)")
 
 
 def _read_hdf5(path: Path, shape: tuple[int, int, int] | None = None
@@ -139,11 +161,59 @@ def _read_hdf5(path: Path, shape: tuple[int, int, int] | None = None
 
 
 def _h5_dataset(fh: h5py.File, path: Path, key: str) -> h5py.Dataset:
-    """`key` of an open file, which must be a dataset (not a group or a link to one)."""
-    obj = fh[key]
+    """`key` of an open file, which must be a dataset (not a group or a link to one)
+    stored in the file itself: its path is resolved link by link without leaving the file
+    (:func:`_h5_resolve`), and its creation properties are checked before a byte is read —
+    external raw storage reads any host file ("/etc/hostname") as climate data, a virtual
+    dataset reads other HDF5 files."""
+    obj = fh[_h5_resolve(fh, path, key)]
     if not isinstance(obj, h5py.Dataset):
         raise SciperfError(f"{path}: {key} is a {type(obj).__name__.lower()}, not a dataset")
+    dcpl = obj.id.get_create_plist()
+    if dcpl.get_layout() == h5py.h5d.VIRTUAL:
+        raise SciperfError(f"{path}: {key} is a virtual dataset (its data would be read from "
+                           "other files); sciperf reads only data stored in the file itself")
+    if dcpl.get_external_count() > 0:
+        where = dcpl.get_external(0)[0].decode(errors="replace")
+        raise SciperfError(f"{path}: {key} has external raw storage ({where!r}); sciperf "
+                           "reads only data stored in the file itself")
     return obj
+
+
+def _h5_resolve(fh: h5py.File, path: Path, key: str) -> str:
+    """The path inside the file that `key` names, found one link at a time without
+    traversing any: each name is looked up (H5Lexists, H5Lget_info) in a group already
+    reached through hard links, a soft link is followed by resolving its target the same
+    way, and an external or user-defined link is refused before HDF5 opens what it names
+    (h5py's `name in group` would open it). KeyError for a missing name."""
+    links, hops = fh.id.links, 0
+
+    def walk(target: str, here: str) -> str:
+        nonlocal hops
+        here = "" if target.startswith("/") else here
+        for part in (p for p in target.split("/") if p and p != "."):
+            name = f"{here}/{part}"
+            raw = name.encode("utf-8", "surrogateescape")
+            if not links.exists(raw):
+                raise KeyError(name)
+            kind = links.get_info(raw).type
+            if kind == h5py.h5l.TYPE_HARD:
+                here = name
+                continue
+            if kind != h5py.h5l.TYPE_SOFT:
+                what = "an external link to " + ":".join(
+                    v.decode(errors="replace") for v in links.get_val(raw)) \
+                    if kind == h5py.h5l.TYPE_EXTERNAL else "a user-defined link"
+                raise SciperfError(f"{path}: {key} leads out of the file ({name} is {what});"
+                                   " sciperf reads only data stored in the file itself")
+            hops += 1
+            if hops > MAX_SOFT_LINKS:
+                raise SciperfError(f"{path}: {key} passes more than {MAX_SOFT_LINKS} soft "
+                                   "links (a loop)")
+            here = walk(links.get_val(raw).decode("utf-8", "surrogateescape"), here)
+        return here or "/"
+
+    return walk(key, "")
 
 
 def _h5_shape(ds: h5py.Dataset) -> tuple[int, ...]:
@@ -175,10 +245,11 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
 
 
 def _load_npy_data(path: Path) -> tuple[np.ndarray, bool]:
-    """The data file and whether it is finite, checked piece by piece as it is read (while
-    each piece is in the CPU cache: cheaper than a pass over the whole array after it)."""
+    """The data file and whether its values are finite and within ±DATA_BOUND, checked
+    piece by piece as it is read (while each piece is in the CPU cache: cheaper than a
+    pass over the whole array after it)."""
     try:
-        return npy.load_checked(path, _finite)
+        return npy.load_checked(path, _in_range)
     except (OSError, ValueError, EOFError) as exc:
         raise SciperfError(f"cannot read data file {path}: {_reason(exc)}") from exc
 

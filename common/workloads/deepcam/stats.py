@@ -6,8 +6,9 @@ the training split; both sample formats are normalised with it. Samples are min-
 normalised per channel as the reference does, x' = (x − minval) · (1 / (maxval − minval))
 in float32: :func:`normalisation` gives that (shift, scale).
 
-This module owns the file (its datasets checked before they are read: numeric, one value
-per channel, finite — a NaN min or max makes every normalised sample NaN) and the
+This module owns the file (its datasets checked before they are read: stored in the file
+itself, numeric, one value per channel, finite and within what samples may hold — a NaN min
+or max makes every normalised sample NaN) and the
 mergeable per-channel accumulator the statistics are computed with. Folding the train
 split's samples into it (threads, ranks) is :mod:`.data`'s, beside the reader that
 applies the result.
@@ -26,6 +27,7 @@ from sciperf.data import atomic
 from sciperf.errors import SciperfError
 from sciperf.workloads.deepcam import spec as spec
 from sciperf.workloads.deepcam.samples import (
+    DATA_BOUND,
     H5_WRITE_ERRORS,
     NUMERIC_KINDS,
     _channel,
@@ -46,6 +48,10 @@ __all__ = [
 
 STATS_FILE = "stats.h5"
 STATS_KEYS = ("minval", "maxval", "mean", "sqmean", "count")
+# |statistic| of samples whose values are within ±DATA_BOUND (count is not bounded)
+STATS_BOUNDS = {"minval": DATA_BOUND, "maxval": DATA_BOUND, "mean": DATA_BOUND,
+                "sqmean": DATA_BOUND**2}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def stats_path(root: str | Path) -> Path:
@@ -57,15 +63,16 @@ def read_stats(path: str | Path) -> dict[str, np.ndarray]:
     """Every ``climate/<key>`` array of a stats file; a bad file is one line naming it."""
     path = Path(path)
     if not path.is_file():
-        raise SciperfError(f"normalisation statistics {path} do not exist "
-                           "(`sciperf prepare` computes them over the train split)")
+        raise SciperfError(f"normalisation statistics {path} do not exist (`sciperf prepare "
+                           "workload=deepcam data.source=stats` computes them over the "
+                           "train split)")
     try:
         with h5py.File(path, "r") as fh:
             raw = {k: _stats_dataset(fh, path, k)[...] for k in STATS_KEYS}
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise SciperfError(f"cannot read statistics {path}: {_reason(exc)}") from exc
     out = {k: _stats_array(path, k, value) for k, value in raw.items()}
-    problem = _non_finite_stats(out)
+    problem = _bad_stats(out)
     if problem:
         raise SciperfError(f"{path}: {problem}; recompute it with `sciperf prepare "
                            "workload=deepcam data.source=stats`")
@@ -103,14 +110,21 @@ def _stats_array(path: Path, key: str, value: object) -> np.ndarray:
     return arr.astype(np.float64)
 
 
-def _non_finite_stats(stats: dict[str, np.ndarray]) -> str | None:
-    """What is not finite in a set of statistics ("mean holds NaN (channel 3 UBOT)"), or
-    None: a NaN min or max makes every normalised sample NaN."""
+def _bad_stats(stats: dict[str, np.ndarray]) -> str | None:
+    """What is not finite, or beyond what samples within ±DATA_BOUND give, in a set of
+    statistics ("mean holds NaN (channel 3 UBOT)"), or None: a NaN min or max makes every
+    normalised sample NaN, a maxval of 3e38 (from a sample no reader admits) squeezes every
+    real value of its channel to 0."""
     for key in STATS_KEYS:
         arr = np.asarray(stats[key], np.float64).reshape(-1)
         if not np.isfinite(arr).all():
             what = "NaN" if np.isnan(arr).any() else "Inf"
             return f"{key} holds {what} ({_channel(int(np.argmin(np.isfinite(arr))))})"
+        bound = STATS_BOUNDS.get(key)
+        if bound is not None and arr.size and np.abs(arr).max() > bound:
+            bad = int(np.argmax(np.abs(arr) > bound))
+            return (f"{key} holds {arr[bad]:g}, beyond ±{bound:g} ({_channel(bad)}; samples "
+                    f"hold values within ±{DATA_BOUND:g})")
     return None
 
 
@@ -123,6 +137,13 @@ def normalisation(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         bad = int(np.argmax(span <= 0))
         raise SciperfError(f"{path}: channel {bad} ({spec.CHANNELS[bad]}) has maxval <= "
                            "minval; the statistics are unusable")
+    # Every value a reader admits (±DATA_BOUND) must normalise to a finite float32.
+    narrow = 2 * DATA_BOUND / span > FLOAT32_MAX
+    if np.any(narrow):
+        bad = int(np.argmax(narrow))
+        raise SciperfError(f"{path}: {_channel(bad)} has maxval - minval = {span[bad]:g}, too "
+                           "narrow to normalise by (values would overflow float32); the "
+                           "statistics are unusable")
     return stats["minval"].astype(np.float32), (1.0 / span).astype(np.float32)
 
 
@@ -180,7 +201,7 @@ def write_stats(path: str | Path, stats: dict[str, np.ndarray]) -> Path:
     """Write stats.h5 atomically (temp file + rename); non-finite statistics are refused
     before anything is written (every read of the file would refuse them)."""
     path = Path(path)
-    problem = _non_finite_stats(stats)
+    problem = _bad_stats(stats)
     if problem:
         raise SciperfError(f"{path} not written: {problem}")
     with atomic.replacing(path, H5_WRITE_ERRORS) as tmp, h5py.File(tmp, "w") as fh:

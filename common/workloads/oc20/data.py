@@ -11,7 +11,8 @@ container's files (docs/architecture.md, "The workload contract").
   per-edge arrays concatenated so a structure is a slice (:mod:`.npy_format`).
 
 Every structure is checked as it is read (the reader touches every byte anyway): fields
-present with numeric dtypes and consistent shapes, finite positions/forces/cell, at least
+present with numeric dtypes and consistent shapes, finite positions/forces/cell/energy
+within :data:`BOUNDS` (a force of 3e38 eV/Å is finite and trains at `loss inf`), at least
 one free atom, edge indices in range, every edge within the model's cutoff (the
 reference's unmasked envelope is only right inside it). A failure is one line naming the
 file and the key.
@@ -56,6 +57,7 @@ from sciperf.workloads.oc20.npy_format import (
 )
 
 __all__ = [
+    "BOUNDS",
     "CONTAINER",
     "CUTOFF_SLACK",
     "FORMATS",
@@ -87,6 +89,14 @@ __all__ = [
 FORMATS = ("lmdb", "npy")
 CONTAINER = {"lmdb": "data.{:04d}.lmdb", "npy": "shard.{:04d}"}
 CUTOFF_SLACK = 1e-4  # Å: float32 positions of an edge found at exactly the cutoff
+# |value| a structure may hold, per field: (bound, unit). OC20's structures are slabs of
+# 20–200 atoms in cells of a few tens of Å; its DFT forces are O(1–10) eV/Å (the
+# reference's force normaliser: std 2.887 eV/Å) and its referenced energies O(1–10) eV
+# (mean -0.755, std 2.887 eV; spec/oc20.md §2–3) — even an unreferenced total energy of
+# the largest slab is ~1e3 eV. Each bound is at least 10^3 beyond what the dataset holds
+# and far below what float32 sums of the loss overflow.
+BOUNDS = {"pos": (1e6, "Å"), "cell": (1e6, "Å"), "force": (1e6, "eV/Å"),
+          "energy": (1e6, "eV")}
 
 
 # ----------------------------------------------------------------------------- listing
@@ -188,11 +198,22 @@ def check_structure(s: Mapping[str, Any], source: str, cutoff: float) -> None:
             raise SciperfError(f"{source}: {key} holds NaN or Inf")
     if not np.isfinite(s["energy"]):
         raise SciperfError(f"{source}: energy is {s['energy']}")
+    _check_bounds(s, source)
     if not np.any(np.asarray(s["fixed"]) == 0):
         raise SciperfError(f"{source}: no free atom (every atom is fixed: nothing to train on)")
     if n == 0 or s["atomic_numbers"].min() < 1 or s["atomic_numbers"].max() >= spec.NUM_ELEMENTS:
         raise SciperfError(f"{source}: atomic numbers outside 1..{spec.NUM_ELEMENTS - 1}")
     _check_edges(s, source, n, cutoff)
+
+
+def _check_bounds(s: Mapping[str, Any], source: str) -> None:
+    """Finite values beyond :data:`BOUNDS`: one line naming the field and the value."""
+    for key, (bound, unit) in BOUNDS.items():
+        arr = np.abs(np.asarray(s[key], np.float64))
+        if arr.size and arr.max() > bound:
+            peak = float(np.asarray(s[key], np.float64).reshape(-1)[int(np.argmax(arr))])
+            raise SciperfError(f"{source}: {key} holds {peak:g} {unit}, beyond ±{bound:g} "
+                               f"{unit} (no OC20 structure comes near it)")
 
 
 def _check_edges(s: Mapping[str, Any], source: str, n: int, cutoff: float) -> None:
