@@ -211,13 +211,14 @@ def write_tree(org: Path, system: str, layout: dict[tuple[str, str], list[Path]]
             folder.mkdir(parents=True)
         for i, log in enumerate(logs):
             path = folder / tree.result_name(i)
-            # the log was read whole by read_run_dir: what fails here is the write
-            with atomic.replacing(path, named=named(path)) as tmp:
-                shutil.copy2(log, tmp)
+            # the log was read whole by read_run_dir: what fails here is the write; `org`
+            # is built aside and removed on failure, so a file needs no temporary of its own
+            with atomic.failing_as(named(path)):
+                shutil.copy2(log, path)
     description = tree.system_json(org, system)
-    with atomic.failing_as(named(description.parent)):
+    with atomic.failing_as(named(description)):
         description.parent.mkdir()
-    atomic.write_text(description, json.dumps(desc, indent=2) + "\n", named=named(description))
+        description.write_text(json.dumps(desc, indent=2) + "\n")
 
 
 def package(targets: list[str], system: str | None, dest: str | Path) -> Path:
