@@ -86,6 +86,9 @@ SlurmdPort=${LOCAL_SLURM_D_PORT:-6818}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits out its credentials' lifetime before it starts again (120 s by
+# default); one node has no slow prolog or paged-out slurmd to wait for.
+AuthInfo=cred_expire=10
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
