@@ -149,12 +149,23 @@ def _check_run_keys(cfg: DictConfig) -> None:
         raise SciperfError(f"distributed.timeout_s={timeout} must be > 0 and <= {TIMEOUT_MAX_S} "
                            "seconds (how long a lost or hung peer may take before the job "
                            "ends; at most a year)")
+    for key in LOGGED_TEXT:
+        if (size := len(str(OmegaConf.select(cfg, key)).encode())) > LOGGED_TEXT_MAX:
+            raise SciperfError(f"{key} is {size} bytes; at most {LOGGED_TEXT_MAX} (an MLLOG "
+                               "value: every record line stays short enough for the checker)")
     for key, (least, most, why) in COUNTS.items():
         if (value := OmegaConf.select(cfg, key)) < least:
             raise SciperfError(f"{key}={value} must be at least {least} ({why})")
         if value > most:
             raise SciperfError(f"{key}={value} must be at most {most} ({why})")
 
+
+# Texts of the config that become MLLOG values: each record line is bounded (the checker's
+# parser is quadratic in a line's length, sciperf.results.logs.MAX_RECORD_BYTES), and a
+# value past this is refused before the run, not in the log `check` reads after it.
+LOGGED_TEXT = ("system.submission_org", "system.submission_platform",
+               "system.submission_division", "system.submission_status")
+LOGGED_TEXT_MAX = 1 << 10
 
 # Counts of the schema whose nonsense values a consumer would otherwise clamp or ignore in
 # silence (a loader's max(workers, 1), a node count rendered into an srun line) or meet

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from mlperf_logging.mllog import constants as C  # noqa: N812
 from mlperf_logging.mllog import mllog as mllog_impl
 
 from sciperf.errors import SciperfError
+from sciperf.results.logs import MAX_RECORD_BYTES
 
 RULESET = "3.0.0"
 _SERIAL = itertools.count()  # unique stdlib logger per MLLogger: handlers never shared
@@ -48,6 +50,20 @@ class _RecordFile(logging.FileHandler):
             super().handleError(record)
         elif self.failure is None:
             self.failure = exc
+
+
+# What a record adds to its key, value and metadata: the token, namespace, time, event type
+# and the caller's file and line (a path inside the installed package).
+_RECORD_OVERHEAD = 1 << 10
+
+
+def _check_size(key: str, value: Any, metadata: dict[str, Any]) -> None:
+    """Refuse a record whose line every MLLOG reader, sciperf's and the official checker's,
+    would refuse (MAX_RECORD_BYTES), before any of it is written."""
+    body = len(json.dumps({"key": key, "value": value, "metadata": metadata}, default=str))
+    if body + _RECORD_OVERHEAD > MAX_RECORD_BYTES:
+        raise SciperfError(f"MLLOG record {key} would be {body} bytes; a record line is at "
+                           f"most {MAX_RECORD_BYTES} (shorten the value logged as {key})")
 
 
 def _trim_cut_record(path: Path, tail: int = 1 << 16) -> None:
@@ -143,6 +159,7 @@ class MLLogger:
         meta = dict(metadata or {})
         if self.instance is not None:
             meta.setdefault("instance", self.instance)
+        _check_size(key, value, meta)
         depth, frame = 0, sys._getframe(1)
         while frame is not None and frame.f_code.co_filename == __file__:
             frame, depth = frame.f_back, depth + 1
