@@ -256,9 +256,10 @@ def plan(cfg: DictConfig, overrides: Sequence[str] | None = None,
     if slurm:
         directives = _directives(cfg, launcher, alloc, system, output_dir, requeue)
         template = BATCH if requeue is None else BATCH_REQUEUE
+        verdict = VERDICT.substitute(summary=shell.quote(str(Path(output_dir) /
+                                                             "summary.json")))
         text = template.substitute(body, directives=directives, rendezvous=SLURM_RENDEZVOUS,
-                                   signal_s=requeue or 0,
-                                   summary=shell.quote(str(Path(output_dir) / "summary.json")))
+                                   signal_s=requeue or 0, verdict=verdict)
         return Plan("sbatch", text, output_dir, launcher, container, program, alloc, groups)
     text = SCRIPT.substitute(body, rendezvous=HOST_RENDEZVOUS)
     return Plan("script", text, output_dir, launcher, container, program, alloc, groups)
@@ -345,7 +346,13 @@ $directives
 # Composition: launcher -> container -> program. Submit again with `sbatch <this file>`.
 set -euo pipefail
 $setup$rendezvous
+started=$$(date +%s)
+set +e
 $command
+rc=$$?
+set -e
+$verdict
+exit "$$rc"
 """)
 
 BATCH_REQUEUE = Template("""\
@@ -358,6 +365,7 @@ $directives
 # then goes back to the queue and resumes from the checkpoint (train.resume=auto).
 set -euo pipefail
 $setup$rendezvous
+started=$$(date +%s)
 $command &
 step=$$!
 trap 'kill -USR1 "$$step" 2>/dev/null || true' USR1
@@ -369,13 +377,22 @@ while [ "$$rc" -gt 128 ] && kill -0 "$$step" 2>/dev/null; do
   rc=$$?
 done
 set -e
-# 75: rank 0 checkpointed on request (a launcher may report another code; the summary says)
-if [ "$$rc" -eq 75 ] || grep -qs '"status": "checkpointed"' $summary; then
+$verdict
+if [ "$$rc" -eq 75 ]; then
   scontrol requeue "$$SLURM_JOB_ID"
   exit 0
 fi
 exit "$$rc"
 """)
+
+# The job's status is the ranks' verdict: 75 when rank 0 stopped with a checkpoint to
+# resume. srun passes a rank's 75 on, but torchrun exits 1 for any failed worker, so the
+# summary.json written during this job (not an earlier run's) has the last word.
+VERDICT = Template("""\
+if [ "$$rc" -ne 0 ] && [ "$$(stat -c %Y $summary 2>/dev/null || echo 0)" -ge "$$started" ] \\
+    && grep -qs '"status": "checkpointed"' $summary; then
+  rc=75
+fi""")
 
 # `exec`: mpirun/torchrun takes the shell's place, so the parent-death signal `sciperf
 # launch` sets on it (launchers/local.py) reaches the launcher of the ranks, which forwards

@@ -99,8 +99,8 @@ def test_requeue_renders_signal_checkpoint_and_resume(launcher: str) -> None:
     text = _plan(launcher, "none", "launcher.requeue=true", "launcher.signal_s=120").text
     for line in ("#SBATCH --signal=B:USR1@120", "#SBATCH --requeue",
                  "#SBATCH --open-mode=append", "trap 'kill -USR1 \"$step\"",
-                 'if [ "$rc" -eq 75 ] || grep -qs \'"status": "checkpointed"\' ',
-                 'scontrol requeue "$SLURM_JOB_ID"'):
+                 "grep -qs '\"status\": \"checkpointed\"' ", "rc=75",
+                 'if [ "$rc" -eq 75 ]; then\n  scontrol requeue "$SLURM_JOB_ID"'):
         assert line in text, line
     program = text[text.index("sciperf train"):text.index(" &\n")]
     assert "train.checkpoint_every=1" in program and "train.resume=auto" in program

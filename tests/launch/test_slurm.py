@@ -256,3 +256,38 @@ def test_a_killed_srun_rank_ends_the_job_with_run_stop_aborted(slurm, tmp_path: 
              if '"run_stop"' in ln]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
     assert json.loads((out / "summary.json").read_text())["status"] == "error"
+
+
+# rank 0 writes the summary a checkpointed run writes and exits 75, as `sciperf train` does
+# when stopped with a checkpoint; its peers exit 0
+CHECKPOINTED_RANK = (
+    "import json, os, pathlib, sys\n"
+    "if os.environ['RANK'] == '0':\n"
+    "    pathlib.Path(sys.argv[1], 'summary.json').write_text(json.dumps("
+    "{'status': 'checkpointed'}))\n"
+    "    sys.exit(75)\n")
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["this-jobs-summary", "an-earlier-one"])
+def test_a_torchrun_job_exits_75_when_rank_0_checkpointed(slurm, tmp_path: Path,
+                                                          fresh: bool) -> None:
+    """torchrun exits 1 for any failed worker; the batch script gives the job the ranks'
+    verdict — 75 when rank 0 checkpointed during this job — so Slurm and a wrapper tell
+    "resume it" from "failed". A summary.json left by an earlier run says nothing about
+    this one: the job then keeps torchrun's 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    program = CHECKPOINTED_RANK if fresh else "import sys; sys.exit(3)"
+    if not fresh:
+        (out / "summary.json").write_text('{"status": "checkpointed"}')
+        old = time.time() - 3600
+        os.utime(out / "summary.json", (old, old))
+    overrides = ["system=local-slurm", "launcher=torchrun", "launcher.tasks_per_node=2",
+                 f"output_dir={out}"]
+    job = plan(compose(overrides), program=Program((sys.executable, "-c", program, str(out)),
+                                                    path_args=False))
+    script = write_script(out / "launch.sbatch", job.text)
+    job_id, rc = _sbatch_wait(script, slurm, timeout=300)
+    log = (out / f"slurm-{job_id}.out").read_text()
+    assert (rc, _job_state(job_id, slurm)) == ((75, ("FAILED", "75:0")) if fresh else
+                                               (1, ("FAILED", "1:0"))), log[-3000:]
