@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf import jsondata
 from sciperf.data import atomic
 from sciperf.errors import SciperfError
 
@@ -158,7 +159,7 @@ def _prune(root: Path, keep: int) -> None:
 def problem(path: Path) -> str | None:
     """Why checkpoint folder `path` is unusable (None: every file matches its manifest)."""
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = jsondata.loads((path / MANIFEST).read_text())
         files = manifest["files"]
         if manifest.get("format") != FORMAT or not isinstance(files, dict):
             return f"format {manifest.get('format')!r} is not {FORMAT}"
@@ -192,7 +193,7 @@ def latest(out: Path) -> Found | None:
         why = problem(path)
         if why is None:
             try:
-                driver = json.loads((path / DRIVER).read_text())
+                driver = jsondata.loads((path / DRIVER).read_text())
             except ValueError as exc:
                 why = f"{DRIVER} is unusable ({type(exc).__name__})"
             else:

@@ -169,12 +169,17 @@ def _alive(pid: int) -> bool:
 
 def _fallback_records(log: Path, summary: Path, instance: int | None, epochs: int) -> str:
     """run_stop aborted and the summary's final status, written from outside a stuck rank 0."""
+    from sciperf import jsondata
     from sciperf.results.mllog import MLLogger
 
     mll = MLLogger(log, mode="a", instance=instance)
     mll.run_stop(False, epochs)
     mll.close()
-    record = json.loads(summary.read_text()) if summary.is_file() else {}
+    try:  # the summary rank 0 wrote last; garbled or gone, the fallback writes its own
+        record = jsondata.loads(summary.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        record = {}
+    record = record if isinstance(record, dict) else {}
     now = time.time()
     start = record.get("run_start_unix")
     record.update(status="error", epochs=epochs, run_stop_unix=now if start else None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import subprocess
@@ -11,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__
+from sciperf import __version__, jsondata
 from sciperf.backends import available, load_registry
 from sciperf.errors import SciperfError
 
@@ -49,7 +48,7 @@ def image_info() -> dict[str, Any] | None:
             raise SciperfError(f"{IMAGE_INFO_ENV}={env}: no such image info file")
         return None
     try:
-        record = json.loads(path.read_text())
+        record = jsondata.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise SciperfError(f"{path}: unreadable image info ({exc})") from None
     if not isinstance(record, dict):

@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sciperf import jsondata
 from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError
 from sciperf.info import machine
@@ -83,7 +84,7 @@ def require_gpu_for_tf32(precision: str, on_gpu: bool) -> None:
 def _read(path: Path) -> dict[str, Any]:
     """The cache, or empty when missing or unreadable (it is only a cache: re-measured)."""
     try:
-        data = json.loads(path.read_text())
+        data = jsondata.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -12,13 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from sciperf import checkpoint
+from sciperf.data import atomic
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.output import run_records, usable
@@ -48,12 +49,12 @@ def job_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def write_script(path: Path, text: str) -> Path:
-    """Write atomically (never a half-written script), executable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    """The job script, executable, written aside and renamed (never half a script that
+    sbatch would queue); a write the disk refuses is one line naming `path`, with no
+    temporary and no folder made for it left behind (sciperf.data.atomic)."""
+    with atomic.folder_for(path.parent), atomic.replacing(path) as tmp:
+        tmp.write_text(text)
+        tmp.chmod(0o755)
     return path
 
 
@@ -123,12 +124,15 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
     """
     job = plan(cfg, overrides, program, as_root=as_root)
     dry = bool(cfg.get("dry_run", False))
-    if job.kind != "local":  # the script goes there: a bad path is one line, now
-        _check_output(cfg, Path(job.output_dir), dry or program is not None)
-    elif not dry and program is None:  # what rank 0 would refuse while the others wait
-        _check_output(cfg, Path(job.output_dir), False)
-    if not dry and program is None:
-        _check_dataset(cfg, job.alloc)
+    with _made_for(Path(job.output_dir)):  # a refusal leaves no output_dir made for it
+        if job.kind != "local":  # the script goes there: a bad path is one line, now
+            _check_output(cfg, Path(job.output_dir), dry or program is not None)
+        elif not dry and program is None:  # what rank 0 would refuse while the others wait
+            _check_output(cfg, Path(job.output_dir), False)
+        if not dry and program is None:
+            _check_dataset(cfg, job.alloc)
+        if job.kind != "local":
+            path = write_script(Path(job.output_dir) / str(job.filename), job.text)
     if job.kind == "local":
         print(job.text, end="", file=sys.stdout if dry else sys.stderr, flush=True)
         if dry:
@@ -142,7 +146,6 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         if int(cfg.get("instances", 1)) > 1 and program is None:
             _report_throughput(job.output_dir, int(cfg.instances))
         return code
-    path = write_script(Path(job.output_dir) / str(job.filename), job.text)
     if dry:
         print(job.text, end="", flush=True)
         print(f"sciperf launch: wrote {path} (dry run: not submitted)", file=sys.stderr)
@@ -160,8 +163,29 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
             env["MASTER_PORT"] = str(held.enter_context(reserved_port(DEFAULT_PORT,
                                                                       _ports(cfg))))
         return run_script(str(path), env, max(30.0, _signal_grace(cfg)),
-                          torchrun=job.launcher.name == "torchrun",
+                          launcher=job.launcher.name,
                           summary=Path(job.output_dir) / SUMMARY_FILE)
+
+
+@contextlib.contextmanager
+def _made_for(out: Path) -> Iterator[None]:
+    """The folders of `out` that the body makes (``usable`` creates output_dir) go again,
+    innermost first while empty, when the body fails: a refused launch (a dataset
+    missing, a script the disk does not take) leaves no folder it made."""
+    missing, folder = [], out.absolute()
+    with contextlib.suppress(OSError):  # a path not to be looked at: usable() says so
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            try:
+                made.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _ports(cfg: Any) -> int:

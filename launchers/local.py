@@ -21,6 +21,7 @@ from sciperf.errors import SciperfError
 from .report import (
     CHECKPOINTED_LINE,
     EX_TEMPFAIL,
+    MpirunReport,
     TorchrunReport,
     checkpointed_since,
     failed_line,
@@ -106,11 +107,13 @@ def _caught_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+Report = TorchrunReport | MpirunReport
+REPORTS: dict[str, type[Report]] = {"torchrun": TorchrunReport, "mpirun": MpirunReport}
 READER_DRAIN_S = 5.0  # after the job: what a stray holder of its stderr still writes
 
 
 def run_script(path: str, env: Mapping[str, str], grace_s: float = 30.0,
-               poll_s: float = 0.1, *, torchrun: bool = False,
+               poll_s: float = 0.1, *, launcher: str = "",
                summary: Path | None = None) -> int:
     """`bash path` (a rendered host script: mpirun, torchrun) in its own process group;
     returns the ranks' verdict (`report`). SIGINT/SIGTERM to `sciperf launch` reach the
@@ -119,13 +122,14 @@ def run_script(path: str, env: Mapping[str, str], grace_s: float = 30.0,
     ended); a `kill -9` of `sciperf launch` has the kernel SIGTERM the exec'd
     mpirun/torchrun, which stops its ranks (they ran on as orphans).
 
-    `torchrun`: the job's stderr passes through `report.TorchrunReport`, which withholds
-    torchrun's traceback for a failed rank; one line names the rank instead, and its
+    `launcher` torchrun or mpirun: the job's stderr passes through its report
+    (`report.TorchrunReport`, `report.MpirunReport`), which withholds the launcher's
+    traceback or boxes about a failed rank; one line names the rank instead, and its
     status (torchrun exits 1 whatever it was) is the launch's. `summary`: rank 0's
     summary.json, which says whether the run checkpointed when torchrun, ended by a
     signal, reports no rank's status at all."""
     since = time.time_ns()
-    report = TorchrunReport(_to_stderr) if torchrun else None
+    report = REPORTS[launcher](_to_stderr) if launcher in REPORTS else None
     with _caught_signals() as caught:
         try:
             # the script execs mpirun/torchrun, which keeps the parent-death signal
@@ -155,7 +159,7 @@ def _to_stderr(line: bytes) -> None:
         pass
 
 
-def _pump(stream: IO[bytes], report: TorchrunReport) -> threading.Thread:
+def _pump(stream: IO[bytes], report: Report) -> threading.Thread:
     """A thread passing the job's stderr through `report`, line by line, as it comes."""
     def pump() -> None:
         with stream:
@@ -167,7 +171,7 @@ def _pump(stream: IO[bytes], report: TorchrunReport) -> threading.Thread:
     return thread
 
 
-def _script_verdict(code: int, caught: list[int], report: TorchrunReport | None,
+def _script_verdict(code: int, caught: list[int], report: Report | None,
                     checkpointed: bool) -> int:
     """The launch's status and one line, from the script's status, a signal to `sciperf
     launch`, torchrun's report and rank 0's summary."""
@@ -179,7 +183,8 @@ def _script_verdict(code: int, caught: list[int], report: TorchrunReport | None,
         print(CHECKPOINTED_LINE, file=sys.stderr, flush=True)
         return EX_TEMPFAIL
     if failed is not None:
-        print(failed_line(failed.rank, failed.status, "; torchrun stopped the other ranks"),
+        name = "torchrun" if isinstance(report, TorchrunReport) else "mpirun"
+        print(failed_line(failed.rank, failed.status, f"; {name} stopped the other ranks"),
               file=sys.stderr, flush=True)
         return failed.status
     if caught:

@@ -12,17 +12,20 @@ torchrun reports a failed worker by letting its ChildFailedError escape to the i
 whatever the rank's status. `TorchrunReport` reads the job's stderr as it passes by,
 withholds exactly those blocks and torchrun's log lines about the same teardown, passes
 every other line (the ranks' own) on at once, and keeps the facts — which rank, which
-status — for the one line `sciperf launch` prints instead.
+status — for the one line `sciperf launch` prints instead. OpenMPI's mpirun exits with the
+first failed rank's status but prints its own boxes of dashes about it; `MpirunReport`
+withholds those it knows and keeps the same facts.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sciperf import jsondata
 
 EX_TEMPFAIL = 75  # sciperf.cli: rank 0 stopped with a checkpoint to resume
 
@@ -57,7 +60,7 @@ def checkpointed_since(summary: Path | None, since_ns: int) -> bool:
     try:
         if summary.stat().st_mtime_ns < since_ns:  # an earlier run's (or a resumed one's)
             return False
-        return json.loads(summary.read_text()).get("status") == "checkpointed"
+        return jsondata.loads(summary.read_text()).get("status") == "checkpointed"
     except (OSError, ValueError, AttributeError):  # not there, half-read, not an object
         return False
 
@@ -173,5 +176,74 @@ class TorchrunReport:
     def failed(self) -> RankEnd | None:
         """The rank to name: torchrun's root cause, unless that one only ended because a
         peer's failure tore it down (SIGTERM) while another rank failed on its own."""
+        own = [end for end in self.ends if end.status != TERMINATED]
+        return own[0] if own else (self.ends[0] if self.ends else None)
+
+
+# --- mpirun's report (OpenMPI) -----------------------------------------------------------
+
+MPI_RULE = re.compile(rb"^-{20,}$")
+# the first line of each box mpirun prints about a failed rank; any other box passes
+MPI_TITLES = (b"Primary job  terminated normally", b"mpirun detected that one or more",
+              b"mpirun noticed that process rank")
+MPI_PROCESS = re.compile(rb"^\s+Process name:\s+\[\[\d+,\d+\],(\d+)\]")
+MPI_EXIT = re.compile(rb"^\s+Exit code:\s+(-?\d+)")
+MPI_SIGNALLED = re.compile(rb"^mpirun noticed that process rank (\d+) .*exited on signal (\d+)")
+MPI_BOX_LINES = 20  # a longer box is none of these
+
+
+@dataclass
+class MpirunReport:
+    """A filter over the job's stderr lines (bytes, each with its newline): mpirun's boxes
+    about a failed rank are withheld, the rank and its status kept."""
+
+    write: Callable[[bytes], None]
+    ends: list[RankEnd] = field(default_factory=list)  # in mpirun's order: the first failed
+    signal: int | None = None  # mpirun reports none of its own
+    _held: list[bytes] = field(default_factory=list)
+    _mode: str = "pass"  # pass | opened (a rule seen) | box
+    _rank: int | None = None
+
+    def feed(self, line: bytes) -> None:
+        text = line.rstrip(b"\r\n")
+        if self._mode == "pass":
+            if MPI_RULE.match(text):
+                self._mode, self._held = "opened", [line]
+            else:
+                self.write(line)
+        elif self._mode == "opened":
+            self._held.append(line)
+            if text.startswith(MPI_TITLES):
+                self._mode, self._rank = "box", None
+                self._box(text)
+            else:
+                self.close()
+        else:
+            self._held.append(line)
+            if MPI_RULE.match(text):  # the closing rule: the box is whole
+                self._held, self._mode = [], "pass"
+            elif len(self._held) > MPI_BOX_LINES:
+                self.close()
+            else:
+                self._box(text)
+
+    def _box(self, text: bytes) -> None:
+        """Keep what a line of a known box says about a rank."""
+        if signalled := MPI_SIGNALLED.match(text):
+            self.ends.append(RankEnd(int(signalled.group(1)), 128 + int(signalled.group(2))))
+        elif process := MPI_PROCESS.match(text):
+            self._rank = int(process.group(1))
+        elif (code := MPI_EXIT.match(text)) and self._rank is not None:
+            self.ends.append(RankEnd(self._rank, shell_status(int(code.group(1)))))
+            self._rank = None
+
+    def close(self) -> None:
+        """Write what is held: it was not a box this parser knows (nothing is lost)."""
+        held, self._held, self._mode = self._held, [], "pass"
+        for line in held:
+            self.write(line)
+
+    def failed(self) -> RankEnd | None:
+        """The first rank that failed on its own (one a teardown ended comes after)."""
         own = [end for end in self.ends if end.status != TERMINATED]
         return own[0] if own else (self.ends[0] if self.ends else None)

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sciperf import jsondata
+from sciperf.data import atomic
 from sciperf.data.layout import SampleLayout, sample_files
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
@@ -37,7 +39,7 @@ def content(request: Any) -> Any:
 
 def _read(root: Path) -> dict[str, Any]:
     try:
-        data = json.loads((root / MANIFEST).read_text())
+        data = jsondata.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -46,9 +48,9 @@ def _read(root: Path) -> dict[str, Any]:
 
 
 def _write(root: Path, data: dict[str, Any]) -> None:
-    tmp = root / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(root / MANIFEST)
+    """The manifest, written aside and renamed: a reader finds the old one or the new one,
+    and a write the disk refuses is one line naming it, no temporary left."""
+    atomic.write_text(root / MANIFEST, json.dumps(data, indent=2))
 
 
 def entry(root: str | Path, fmt: str) -> Any:
@@ -96,8 +98,8 @@ def claim(root: Path, present: Sequence[Path]) -> None:
             raise SciperfError(f"{present[0]}: a dataset sciperf's generator did not write "
                                f"(no {MANIFEST} in {root}); refusing to replace it — train on "
                                "it with data.source=existing, or choose another data.dir")
-        root.mkdir(parents=True, exist_ok=True)
-        _write(root, {})
+        with atomic.folder_for(root):  # a mark that cannot be written leaves no new folder
+            _write(root, {})
 
 
 def _samples(root: Path, fmt: str, layout: SampleLayout) -> list[Path]:
@@ -139,7 +141,8 @@ def rewrite(root: str | Path, fmt: str, layout: SampleLayout, counts: dict[str, 
     bar = Progress(sum(counts.values()), f"generating {fmt} {what}", enabled=show_progress)
     for split, count in counts.items():
         folder = layout.split_dir(root, split)
-        folder.mkdir(parents=True, exist_ok=True)
+        with atomic.failing_as(folder):
+            folder.mkdir(parents=True, exist_ok=True)
         for i in range(count):
             yield folder, split, i
             bar.update()

@@ -2,17 +2,16 @@
 
 `sciperf prepare` runs before any training framework is up, possibly as N ranks under
 srun/mpirun/torchrun, and the dataset directory is the one thing they all share. Each
-rank writes its part atomically (temp + rename) as ``part-<rank>-of-<world>.npz``, tagged
-with a digest of the inputs it covered; rank 0 waits for every part whose digest is the
-one it expects for that rank, so a stale part left by an earlier, different run is never
-merged. A rank that dies makes rank 0 fail after `timeout_s` with the rank named (the
-launchers stop the whole job sooner).
+rank writes its part aside and renames it (sciperf.data.atomic) as
+``part-<rank>-of-<world>.npz``, tagged with a digest of the inputs it covered; rank 0
+waits for every part whose digest is the one it expects for that rank, so a stale part
+left by an earlier, different run is never merged. A rank that dies makes rank 0 fail
+after `timeout_s` with the rank named (the launchers stop the whole job sooner).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 
 DIGEST_KEY = "__digest__"
@@ -40,13 +40,14 @@ def part_path(folder: Path, rank: int, world: int) -> Path:
 
 def write_part(folder: Path, rank: int, world: int, arrays: dict[str, np.ndarray],
                digest: str) -> Path:
-    """This rank's part, atomically: readers never see a half-written file."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """This rank's part, written aside and renamed: rank 0 never reads half a file, and a
+    write the disk refuses is one line naming the part, its temporary gone (one rank
+    writes each part, so the temporary's name is this part's alone)."""
     final = part_path(folder, rank, world)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as fh:
+    with atomic.failing_as(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    with atomic.replacing(final) as tmp, tmp.open("wb") as fh:
         np.savez(fh, **arrays, **{DIGEST_KEY: np.array(digest)})
-    os.replace(tmp, final)
     return final
 
 

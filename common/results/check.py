@@ -1,21 +1,28 @@
 """`sciperf check`: the official mlperf-logging compliance checker, one verdict line.
 
-The checker is run as its own process (it configures global logging and writes into the
-cwd), in a scratch directory, and its findings are condensed to one line per log. What it
-reads is bounded first: `parse_log` refuses a line its parser would not finish, and the
-process itself is stopped after CHECKER_SECONDS.
+The checker is run as its own process (it configures global logging), in a scratch
+directory (:func:`scratch`), and its findings are condensed to one line per log. Its log
+file goes to the null device: everything it logs is on its stderr too, and a log file the
+disk refuses would fill that stderr with logging's tracebacks, read as the checker's
+crash. What it reads is bounded first: `parse_log` refuses a line its parser would not
+finish, and the process itself is stopped after CHECKER_SECONDS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 from sciperf.results import own_rules
 from sciperf.results.logs import parse_log
@@ -130,6 +137,24 @@ def _own_rules(benchmark: str, ruleset: str, scratch: Path) -> list[str]:
     return ["--config", str(own_rules.write_rules(get(benchmark), ruleset, scratch))]
 
 
+@contextlib.contextmanager
+def scratch(prefix: str, within: Path | None = None) -> Iterator[Path]:
+    """A new private folder for files needed only while the body runs (an official
+    checker's), in `within` or the temporary directory, removed after the body. A disk
+    that cannot take it (full, read-only) is one line naming where it was to be made,
+    and the body's writes name their own files (sciperf.data.atomic): nothing of the
+    folder is left either way."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=within))
+    except OSError as exc:  # tempfile.tempdir stays None when no candidate was usable
+        where = within or tempfile.tempdir or "the temporary directory"
+        raise SciperfError(f"{where}: cannot be written ({atomic.why(exc)})") from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # The official checker's time limit on one log. With lines bounded (logs.MAX_RECORD_BYTES)
 # its time grows with the log's size, and logs of tens of MB check in seconds
 # (bench/cpu-2026-11-29-epyc-zen4.md#long-mllog-lines): a log still running after five
@@ -149,10 +174,10 @@ def check_log(path: str | Path, ruleset: str = RULESET) -> Verdict:
     if unknown := _unknown_names(log.division, log.benchmark):  # the checker would crash
         return Verdict(path, False, str(log.division or "?"), str(log.benchmark or "?"),
                        [unknown], ruleset)
-    with tempfile.TemporaryDirectory(prefix="sciperf-check-") as tmp:
+    with scratch("sciperf-check-") as tmp:
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
-               "--ruleset", ruleset, *_own_rules(str(log.benchmark), ruleset, Path(tmp)),
-               "--log_output", str(Path(tmp) / "checker.log"), str(path.resolve())]
+               "--ruleset", ruleset, *_own_rules(str(log.benchmark), ruleset, tmp),
+               "--log_output", os.devnull, str(path.resolve())]
         limit = CHECKER_SECONDS
         try:  # on timeout the process is killed and reaped before this raises
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False,

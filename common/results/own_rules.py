@@ -13,12 +13,13 @@ unchanged. Such a workload is never an MLPerf result: the closed division is ref
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sciperf.data import atomic
 
 OPEN_COMMON = "open_common.yaml"
 BENCHMARK_KEY = "submission_benchmark"
@@ -32,21 +33,27 @@ def ruleset_folder(ruleset: str) -> Path:
 def write_rules(workload: Any, ruleset: str, scratch: Path) -> Path:
     """The extended ruleset for `workload` (its contract: name and metric) under `scratch`;
     returns the ``common.yaml`` to give the checker as ``--config`` (an absolute path:
-    the checker joins its own folder with it, which keeps an absolute one)."""
+    the checker joins its own folder with it, which keeps an absolute one). Every file is
+    composed before the first write, so a write the disk refuses is one line naming the
+    file it was for."""
     source = ruleset_folder(ruleset)
     folder = scratch / source.name
-    shutil.copytree(source, folder)
-    for path in folder.glob("*.yaml"):  # every enqueue of `hpc_x/...` names the copy
-        path.write_text(path.read_text().replace(f"'{source.name}/", f"'{folder}/"))
-    common = folder / OPEN_COMMON
-    rules = yaml.safe_load(common.read_text())
+    # every enqueue of `hpc_x/...` names the copy
+    texts = {path.name: path.read_text().replace(f"'{source.name}/", f"'{folder}/")
+             for path in sorted(source.glob("*.yaml"))}
+    rules = yaml.safe_load(texts[OPEN_COMMON])
     for rule in rules:
         key = rule.get("KEY") if isinstance(rule, dict) else None
         if key and key.get("NAME") == BENCHMARK_KEY:
             key["CHECK"] = f"{key['CHECK'].rstrip()} or v['value'] == {workload.name!r}"
-    common.write_text(yaml.safe_dump(rules, sort_keys=False))
-    (folder / f"open_{workload.name}.yaml").write_text(yaml.safe_dump(
-        metric_rules(workload), sort_keys=False))
+    texts[OPEN_COMMON] = yaml.safe_dump(rules, sort_keys=False)
+    texts[f"open_{workload.name}.yaml"] = yaml.safe_dump(metric_rules(workload),
+                                                         sort_keys=False)
+    with atomic.failing_as(folder):
+        folder.mkdir()
+    for name, text in texts.items():
+        with atomic.failing_as(folder / name):
+            (folder / name).write_text(text)
     return folder / "common.yaml"
 
 

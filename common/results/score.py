@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -172,14 +171,18 @@ def rcp_review(group: Group, ruleset: str = RULESET) -> tuple[str | None, float]
     if len(group.runs) < 3:  # the check averages after dropping the fastest and slowest
         return f"not checked: {len(group.runs)} run(s), the RCP mean needs at least 3", 1.0
     from mlperf_logging.rcp_checker import rcp_checker
-    with tempfile.TemporaryDirectory(prefix="sciperf-rcp-") as tmp:
+
+    from sciperf.data import atomic
+    from sciperf.results.check import scratch
+    with scratch("sciperf-rcp-") as tmp:
         for i, run in enumerate(group.runs):
-            os.symlink(run.path.resolve(), Path(tmp) / f"result_{i}.txt")
+            with atomic.failing_as(tmp / f"result_{i}.txt"):
+                os.symlink(run.path.resolve(), tmp / f"result_{i}.txt")
         previous = logging.root.manager.disable
         logging.disable(logging.WARNING)  # its root-logger lines ("Run incomplete or did
         try:  # not converge. Marking as infinite.") repeat what the table's verdict says
             ok, message, factor = rcp_checker.check_directory(
-                tmp, "hpc", ruleset, False, False, rcp_pass="pruned_rcps", set_scaling=False)
+                str(tmp), "hpc", ruleset, False, False, rcp_pass="pruned_rcps", set_scaling=False)
         except Exception as exc:  # the summarizer, too, scores on when its RCP step fails
             return f"error: {exc}", 1.0
         finally:

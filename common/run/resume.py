@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sciperf import checkpoint, output
+from sciperf import checkpoint, jsondata, output
 from sciperf.backends import EpochProgress
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
@@ -74,7 +74,7 @@ def _earlier_status(summary: Path) -> str | None:
     """The status an earlier run's summary.json says (None: none, or unreadable — the
     output_dir claim then speaks for the records)."""
     try:
-        data = json.loads(summary.read_text())
+        data = jsondata.loads(summary.read_text())
     except (OSError, ValueError):
         return None
     status = data.get("status") if isinstance(data, dict) else None

@@ -37,6 +37,7 @@ TINY = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
         "train.global_batch_size=8", "framework.threads=1"]
 LOCAL = ["launcher=local", "launcher.nprocs=2"]
 TORCHRUN = ["launcher=torchrun", "launcher.tasks_per_node=2"]
+MPIRUN = ["launcher=mpirun", "launcher.tasks_per_node=2", "launcher.extra_args=[--oversubscribe]"]
 LAUNCHERS = {"local": LOCAL, "torchrun": TORCHRUN}
 # torchrun's report of a failed rank, none of which may reach the user
 TORCHRUN_NOISE = ("Traceback", "ChildFailedError", "SignalException", "closing signal",
@@ -91,7 +92,7 @@ def _launch_lines(stderr: str) -> list[str]:
 
 FAILING_RANK = """
 import os, signal, sys, time, traceback
-if os.environ["RANK"] == "1":
+if os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
     print("rank 1: about to fail", file=sys.stderr, flush=True)
     if sys.argv[1] == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -105,12 +106,17 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("how", ["raises", "killed"])
-def test_torchrun_names_the_failed_rank_in_one_line_and_exits_with_its_status(tmp_path, how):
-    """Rank 1 fails (its own traceback, exit 3; or SIGKILL) while rank 0 trains on:
-    torchrun's ChildFailedError traceback used to follow, and the launch exited 1."""
-    proc = _launch_program(TORCHRUN, tmp_path, FAILING_RANK, how)
+@pytest.mark.parametrize("name", ["torchrun", "mpirun"])
+def test_a_launcher_names_the_failed_rank_in_one_line_and_exits_with_its_status(tmp_path,
+                                                                                 name, how):
+    """Rank 1 fails (its own traceback, exit 3; or SIGKILL) while rank 0 waits: torchrun's
+    ChildFailedError traceback used to follow (and the launch exited 1), mpirun's boxes of
+    dashes ("Primary job terminated normally…", "mpirun detected…") likewise."""
+    proc = _launch_program(TORCHRUN if name == "torchrun" else MPIRUN, tmp_path,
+                           FAILING_RANK, how)
     assert "rank 1: about to fail" in proc.stderr  # the ranks' own lines pass, live
-    for noise in ("ChildFailedError", "closing signal", "exitcode", "FAILED"):
+    for noise in ("ChildFailedError", "closing signal", "exitcode", "FAILED", "-" * 20,
+                  "Primary job", "mpirun detected", "mpirun noticed", "Exit code"):
         assert noise not in proc.stderr, proc.stderr[-3000:]
     if how == "raises":
         assert proc.returncode == 3, proc.stderr[-3000:]
@@ -118,7 +124,7 @@ def test_torchrun_names_the_failed_rank_in_one_line_and_exits_with_its_status(tm
         assert "ValueError: rank 1 breaks" in proc.stderr
         assert proc.stderr.count("Traceback") == 1, proc.stderr[-3000:]
         assert _launch_lines(proc.stderr) == [
-            "sciperf launch: rank 1 exited with status 3; torchrun stopped the other ranks"]
+            f"sciperf launch: rank 1 exited with status 3; {name} stopped the other ranks"]
     else:
         assert proc.returncode == 137, proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -160,7 +160,7 @@ def test_a_cut_short_bench_keeps_the_last_complete_json(tmp_path: Path, monkeypa
     assert bench.bench(args) == 0
     new = json.loads((tmp_path / "cosmoflow.json").read_text())
     assert new["complete"] is True and [r["precision"] for r in new["train"]] == ["fp32", "bf16"]
-    assert not partial.exists() and not list(tmp_path.glob("*.part"))
+    assert not partial.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
 def test_a_row_process_whose_parent_left_ends_quietly(monkeypatch) -> None:

@@ -99,15 +99,15 @@ def bench(overrides: list[str]) -> int:
     files.clear_partial()
     try:
         _run(plan, result, files)
-    except SciperfError as exc:  # a row failed: the one line says where the others are
+        result["complete"] = True
+        files.finish(result)
+    except SciperfError as exc:  # a row or a write failed: the line says where rows are
         err = SciperfError(f"{exc} ({files.left()})")
         err.exit_code = exc.exit_code
         raise err from exc
     except BaseException as exc:  # Ctrl-C, SIGTERM: the CLI's line names what is left
         exc.sciperf_records = files.left()  # type: ignore[attr-defined]
         raise
-    result["complete"] = True
-    files.finish(result)
     return 0
 
 

@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import atomic
 from sciperf.tools.bench.rows import significant
 
 
@@ -44,11 +45,11 @@ class Outputs:
 
 
 def _write_json(path: Path, result: dict[str, Any]) -> None:
-    """`result` written aside and renamed: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(result, indent=2))
-    part.replace(path)
+    """`result` written aside and renamed: a reader never sees half a file, and a write
+    the disk refuses is one line naming `path`, with no temporary (nor a folder made for
+    it) left behind."""
+    with atomic.folder_for(path.parent):
+        atomic.write_text(path, json.dumps(result, indent=2))
 
 
 def round_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

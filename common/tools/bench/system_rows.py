@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from sciperf.config import compose
+from sciperf.data import atomic
 from sciperf.data.staging import stage_files
+from sciperf.errors import SciperfError
+from sciperf.results.check import scratch
 from sciperf.tools.bench.rows import _cases, _device
 from sciperf.workloads.base import Workload
 
@@ -33,20 +36,20 @@ def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.parent != folder)
     total = sum(p.stat().st_size for p in files)
     times: dict[str, list[float]] = {"cp -r": [], "stage size": [], "stage checksum": []}
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".stage-bench-") as tmp:
+    with scratch(".stage-bench-", within=folder.parent) as tmp:
         for i in range(repeats):
             for name in list(times)[i % 3:] + list(times)[:i % 3]:
-                dst = Path(tmp) / name.replace(" ", "_")
+                dst = tmp / name.replace(" ", "_")
                 shutil.rmtree(dst, ignore_errors=True)
                 start = time.perf_counter()
                 if name == "cp -r":
-                    subprocess.run(["cp", "-r", str(folder), str(dst)], check=True)
+                    _copy_tree(folder, dst)
                 else:
                     stage_files(files, folder, dst, workers=4, verify=name.split()[1],
                                 progress=False)
                 times[name].append(time.perf_counter() - start)
         start = time.perf_counter()
-        rerun = stage_files(files, folder, Path(tmp) / "stage_size", progress=False)
+        rerun = stage_files(files, folder, tmp / "stage_size", progress=False)
         rerun_s = time.perf_counter() - start
     rows = {name: {"median_s": round(statistics.median(t), 3),
                    "MB_per_s": round(total / 1e6 / statistics.median(t), 1)}
@@ -54,6 +57,19 @@ def staging_case(folder: Path, repeats: int = 3) -> dict[str, Any]:
     return {"files": len(files), "MB": round(total / 1e6, 1), "repeats": repeats,
             "methods": rows, "rerun_all_intact_s": round(rerun_s, 3),
             "rerun_skipped": rerun.skipped}
+
+
+def _copy_tree(folder: Path, dst: Path) -> None:
+    """`cp -r FOLDER DST`, the baseline staging is timed against; a copy the disk refuses
+    is one line naming `dst` in atomic.why's words (cp's last line carries the reason)."""
+    done = subprocess.run(["cp", "-r", str(folder), str(dst)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        # a negative status is a signal's (SIGXFSZ: a write past a file-size limit)
+        ended = (f"killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
+                 else f"exit status {done.returncode}")
+        said = (done.stderr.strip().splitlines() or [ended])[-1]
+        raise SciperfError(f"{dst}: cannot be written ({atomic.why(OSError(said))})")
 
 
 # what a 1-vs-2-rank row sets itself (a bench override of these is not taken there)
@@ -89,7 +105,7 @@ def scaling_case(workload: Workload, framework: str, root: Path, epochs: int = 4
     never = workload.metric.span[1 if workload.metric.higher_is_better else 0]
     rows = []
     for ranks in (1, 2):
-        with tempfile.TemporaryDirectory(prefix="sciperf-scaling-") as out:
+        with scratch("sciperf-scaling-") as out:
             # TensorFlow's multi-rank path is Horovod, which needs MPI's rank environment
             launcher = (["launcher=mpirun", f"launcher.tasks_per_node={ranks}"]
                         if framework == "tensorflow" and ranks > 1

@@ -100,8 +100,8 @@ def write_shard(folder: Path, structures: Sequence[Mapping[str, Any]]) -> None:
     """One npy shard, atomically: the arrays go to a dot-directory renamed into place."""
     tmp = folder.with_name(f".{folder.name}.tmp")
     atomic.remove(tmp)
-    tmp.mkdir(parents=True)
     try:
+        tmp.mkdir(parents=True)
         _write_arrays(tmp, folder, structures)
         atomic.remove(folder)
         os.replace(tmp, folder)

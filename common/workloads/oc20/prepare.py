@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import atomic
 from sciperf.data.layout import check_writable
 from sciperf.data.sharding import shard as rank_shard
 from sciperf.distributed import discover
@@ -28,7 +29,8 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
         return
     root = Path(cfg.data.dir)
     check_writable(root)
-    root.mkdir(parents=True, exist_ok=True)
+    with atomic.failing_as(root):
+        root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     workers = min(int(cfg.data.prepare_workers), os.cpu_count() or 1)
     stats = synthetic.generate(req, workers=workers)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import manifest
+from sciperf.data import atomic, manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads.oc20 import data, graph, spec
@@ -155,14 +155,15 @@ def generate(req: GenerateRequest, workers: int = 1, show_progress: bool = True)
                                                           strict=True):
             number = first // req.per_container
             folder = root / split
-            folder.mkdir(parents=True, exist_ok=True)
+            with atomic.failing_as(folder):
+                folder.mkdir(parents=True, exist_ok=True)
             data.write_lmdb(folder / data.CONTAINER["lmdb"].format(number), structures)
             data.write_shard(folder / data.CONTAINER["npy"].format(number), structures)
             if split == "train":
                 stats.add(structures)
             bar.update(len(structures))
     summary = stats.summary()
-    (root / "force_stats.json").write_text(json.dumps(summary, indent=2))
+    atomic.write_text(root / "force_stats.json", json.dumps(summary, indent=2))
     for fmt in data.FORMATS:
         manifest.record(root, fmt, request_record(req))
     return summary

@@ -22,6 +22,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sciperf import jsondata
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 
 PRETRAINED = "pretrained.pt"
@@ -55,7 +57,7 @@ def ready(cfg: Any) -> bool:
     if not (root / PRETRAINED).is_file() or not record.is_file():
         return False
     try:
-        saved = json.loads(record.read_text())
+        saved = jsondata.loads(record.read_text())
     except ValueError:
         return False
     if isinstance(saved, dict) and "data" in saved:
@@ -96,9 +98,11 @@ def pretrain(cfg: Any, force: bool = False) -> Path | None:
     found = checkpoint.latest(out)
     if found is None or found.epoch != epochs:
         raise SciperfError(f"{out}: the pre-training wrote no checkpoint after cycle {epochs}")
-    shutil.copyfile(found.path / "state.pt", root / f".{PRETRAINED}.tmp")
-    (root / f".{PRETRAINED}.tmp").replace(root / PRETRAINED)
-    (root / RECORD).write_text(json.dumps(_recipe(cfg), indent=2))
+    state, recipe = found.path / "state.pt", json.dumps(_recipe(cfg), indent=2)
+    # the pair is renamed into place only when both are whole: a refused write (one line
+    # naming its file) leaves the earlier checkpoint beside its own record
+    atomic.replace_together({root / PRETRAINED: lambda tmp: shutil.copyfile(state, tmp),
+                             root / RECORD: lambda tmp: tmp.write_text(recipe)})
     print(f"starting checkpoint {root / PRETRAINED}: validation mean lDDT-Cα "
           f"{summary['final_metric']:.4f} after {epochs} cycles")
     return root / PRETRAINED

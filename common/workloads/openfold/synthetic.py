@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import manifest
+from sciperf.data import atomic, manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads.openfold import geometry, layout
@@ -392,8 +392,9 @@ def _clear(root: Path) -> None:
         raise SciperfError(f"{root / present[0]}: a dataset the synthetic generator did not "
                            "write; refusing to replace it (choose another data directory)")
     manifest.forget(root, layout.FORMAT, None)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / GENERATOR_MARK).write_text("written by sciperf.workloads.openfold.synthetic\n")
+    with atomic.failing_as(root):
+        root.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(root / GENERATOR_MARK, "written by sciperf.workloads.openfold.synthetic\n")
     for path in present:
         if (root / path).is_dir():
             shutil.rmtree(root / path)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sciperf import jsondata
 from sciperf.workloads.openfold.layout.paths import (
     ALIGNMENTS_DIR,
     SUPER_INDEX,
@@ -124,7 +125,7 @@ class AlignmentIndex:
         self.folder = Path(root) / ALIGNMENTS_DIR
         self.path = self.folder / SUPER_INDEX.name
         try:
-            self._index = json.loads(self.path.read_bytes())
+            self._index = jsondata.loads(self.path.read_bytes())
         except OSError as exc:
             raise LayoutError(f"{self.path}: cannot read the alignment index "
                               f"({exc.strerror})") from None
