@@ -3,13 +3,17 @@
 Roles are declared on the dataclass fields (``sciperf.roles``) of the shared schema
 (``sciperf.config_schema``) and of a workload's spec; :func:`key_roles` collects them by
 dotted key. An experiment is identified by its resolved config without the keys whose role
-is a place (:func:`config_hash`); :func:`differences` names the keys two configs disagree on.
+is a place, and with the content of each file a key reads in place of its path
+(:func:`config_hash`); :func:`differences` names the keys two configs disagree on.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, get_type_hints
@@ -66,17 +70,57 @@ def to_container(cfg: DictConfig) -> dict:
 
 def hashed_config(cfg: DictConfig, ignore: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config an experiment is identified by: without the keys whose role is
-    a place (paths) and the dotted keys of `ignore`."""
+    a place (paths) and the dotted keys of `ignore`; a key that names a file the run reads
+    stands for that file's content (:func:`_file_identity`), so the same file found at
+    another path — a moved dataset, a container's bind mount — is the same experiment."""
     data = to_container(cfg)
-    places = [k for k, r in key_roles(workload_of(cfg)).items() if r.place]
-    for dotted in [*ignore, *places]:
-        *sections, key = dotted.split(".")
-        node = data
-        for section in sections:
-            node = node.get(section, {}) if isinstance(node, dict) else {}
+    roles = key_roles(workload_of(cfg))
+    for dotted in [*ignore, *(k for k, r in roles.items() if r.place)]:
+        node, key = _parent(data, dotted)
         if isinstance(node, dict):
             node.pop(key, None)
+    for dotted in (k for k, r in roles.items() if r.reads and not r.place):
+        node, key = _parent(data, dotted)
+        if isinstance(node, dict) and key in node:
+            node[key] = _file_identity(node[key])
     return data
+
+
+def _parent(data: dict[str, Any], dotted: str) -> tuple[Any, str]:
+    """The section of nested `data` that holds `dotted` (None: none) and its last key."""
+    *sections, key = dotted.split(".")
+    node: Any = data
+    for section in sections:
+        node = node.get(section) if isinstance(node, dict) else None
+    return node, key
+
+
+def _file_identity(value: Any) -> Any:
+    """What a key naming a file the run reads contributes to the experiment's identity: the
+    file's content, ``sha256:<hex>``. An unset key, or a path that is not a readable file
+    (the run refuses it before it starts), stands as written."""
+    if not isinstance(value, str) or not value:
+        return value
+    try:
+        info = os.stat(value)
+    except OSError:
+        return value
+    if not stat.S_ISREG(info.st_mode):
+        return value
+    digest = _content_sha256(os.path.realpath(value), info.st_size, info.st_mtime_ns,
+                             info.st_ino)
+    return value if digest is None else f"sha256:{digest}"
+
+
+@functools.lru_cache(maxsize=16)
+def _content_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str | None:
+    """SHA-256 of a file (None: unreadable), kept per (path, size, mtime, inode): a run
+    hashes its config at every checkpoint, and a starting checkpoint may be gigabytes."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def config_hash(cfg: DictConfig, ignore: Sequence[str] = ()) -> str:

@@ -8,7 +8,8 @@ by ``sciperf.config_keys.key_roles``:
 
 * ``reads`` — a file the run reads: the driver checks it before anything is written (one
   line naming the key), and ``sciperf launch`` binds it read-only into containers at the
-  same place; ``hint`` says how a missing one is made, ``check`` reads it deeper;
+  same place; ``hint`` says how a missing one is made, ``check`` reads it deeper; the
+  experiment's hash holds the file's content, not its path;
 * ``place`` — where the run keeps or finds things (a path): not part of what it trains,
   so never in the experiment's hash;
 * ``local`` — how the run is kept or run (threads, epochs allowed, checkpointing): may

@@ -119,6 +119,17 @@ def _tables(root: Path) -> tuple[dict[str, layout.ChainRow], layout.AlignmentInd
             layout.template_database(root, rows))
 
 
+@functools.lru_cache(maxsize=8)
+def _check_tables(root: Path) -> None:
+    """The dataset's tables read (:func:`_tables`) and every chain's ``super.index`` entry
+    checked, the index as one table: a malformed entry is a refusal when the reader is
+    built, not a failure when training first draws that chain (once per process)."""
+    rows, index, _ = _tables(root)
+    for chain_id in rows:
+        if chain_id in index:
+            index.files(chain_id)
+
+
 def feature_sizes(model: ModelSpec) -> FeatureSizes:
     """The padded sizes of a sample for model spec `model`."""
     return FeatureSizes(crop=int(model.crop_size), msa_clusters=int(model.max_msa_clusters),
@@ -179,8 +190,12 @@ def parse_alignments(root: str | Path, chain_id: str, files: dict[str, str], *,
 
 
 def model_reader(root: str | Path, fmt: str, model: ModelSpec) -> ChainReader:
-    """The contract's reader for a dataset root and a model spec (its sample sizes)."""
+    """The contract's reader for a dataset root and a model spec (its sample sizes). The
+    dataset's tables (chains.csv, super.index, obsolete.dat) are read now: the driver builds
+    the reader before it claims output_dir (``Dataset.reader``), so a missing or corrupt
+    table is refused with no run records, and the reader's items find them cached."""
     _check_format(fmt)
+    _check_tables(Path(root))
     return ChainReader(model)
 
 

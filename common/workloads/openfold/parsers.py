@@ -32,12 +32,20 @@ import numpy as np
 from sciperf.errors import SciperfError
 
 _LOWER_A, _LOWER_Z = ord("a"), ord("z")
-# The summary line of a hit: eight numbers in this order (the reference's pattern).
-_SUMMARY = re.compile(
-    r"Probab=(.*)[\t ]*E-value=(.*)[\t ]*Score=(.*)[\t ]*Aligned_cols=(.*)[\t ]*"
-    r"Identities=(.*)%[\t ]*Similarity=(.*)[\t ]*Sum_probs=(.*)[\t ]*Template_Neff=(.*)")
-# Column 17 onwards of an alignment line: start, residues, end, (total length).
-_ALIGNED = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)")
+# The summary line of a hit: eight values after these names, in this order (the reference's
+# pattern, ``Probab=(.*)[\t ]*E-value=(.*)[\t ]*…Identities=(.*)%[\t ]*Similarity=(.*)…``).
+_SUMMARY_NAMES = ("Probab=", "E-value=", "Score=", "Aligned_cols=", "Identities=",
+                  "Similarity=", "Sum_probs=", "Template_Neff=")
+_BLANKS = "\t "
+# Column 17 onwards of an alignment line: start, residues, end, (total length) — the
+# reference's ``[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)`` with every run
+# possessive, so no character is tried twice by one run: the runs' character classes are
+# disjoint from what follows each, and the one place a run gives a character back (blanks
+# before ``(`` where the end number is absent) is the second branch. A start number is
+# required (the reference's empty one fails in the caller), so matching is linear in the
+# line's length.
+_ALIGNED = re.compile(r"[\t ]*+([0-9]++) ([A-Z-]*+)(?:[\t ]*+([0-9]++) |[\t ]++(?<= ))"
+                      r"\([0-9]*+\)")
 _ALIGNMENT_TEXT_COLUMN = 17
 _NOT_RESIDUE_LINES = ("ss_dssp", "ss_pred", "Consensus")
 
@@ -149,12 +157,12 @@ def _parse_hit(lines: list[str], begin: int, end: int, source: str) -> TemplateH
         number = int(lines[begin].split()[-1])
     except ValueError:
         raise fail(0, f"hit number in {lines[begin].strip()!r} is not an integer") from None
-    summary = _SUMMARY.match(lines[begin + 2])
+    summary = _summary_values(lines[begin + 2])
     if summary is None:
         raise fail(2, "expected the hit summary 'Probab=… E-value=… Score=… Aligned_cols=… "
                       "Identities=…% Similarity=… Sum_probs=… Template_Neff=…'")
     try:
-        numbers = [float(value) for value in summary.groups()]
+        numbers = [float(value) for value in summary]
     except ValueError:
         raise fail(2, "a value of the hit summary is not a number") from None
     query: list[str] = []
@@ -167,8 +175,8 @@ def _parse_hit(lines: list[str], begin: int, end: int, source: str) -> TemplateH
         side = line[:2]
         if side not in ("Q ", "T ") or line[2:].startswith(_NOT_RESIDUE_LINES):
             continue
-        match = _ALIGNED.match(line[_ALIGNMENT_TEXT_COLUMN:])
-        if match is None or not match.group(1) or (side == "Q " and not match.group(3)):
+        match = _ALIGNED.match(line, _ALIGNMENT_TEXT_COLUMN)
+        if match is None or (side == "Q " and not match.group(3)):
             raise fail(offset, f"cannot read 'start residues end (length)' from column "
                                f"{_ALIGNMENT_TEXT_COLUMN} of {line.strip()[:60]!r}")
         start, residues = int(match.group(1)) - 1, match.group(2)
@@ -191,6 +199,44 @@ def _parse_hit(lines: list[str], begin: int, end: int, source: str) -> TemplateH
     return TemplateHit(index=number, name=lines[begin + 1][1:], aligned_cols=int(numbers[3]),
                        sum_probs=numbers[6], query="".join(query), hit_sequence="".join(hit),
                        indices_query=tuple(indices_query), indices_hit=tuple(indices_hit))
+
+
+def _summary_values(line: str) -> list[str] | None:
+    """The eight values of a hit's summary line (None: not one), where the reference's
+    greedy groups put them: each name at its last place that leaves room for the names
+    before it, so each is searched from the right, left of the one after it. The
+    Identities value ends at a ``%`` that only blanks part from ``Similarity=``. Each
+    character is scanned a bounded number of times (the regex backtracks through every
+    split of the line: its time grows with a power of the line's length)."""
+    first, *names = _SUMMARY_NAMES
+    if not line.startswith(first):
+        return None
+    places: list[tuple[int, int]] = []  # (start, end) of each later name, right to left
+    end = len(line)
+    for name in reversed(names):
+        at = _name_at(line, name, len(first), end)
+        if at is None:
+            return None
+        places.append(at)
+        end = at[0]
+    bounds = [len(first), *(e for _, e in reversed(places))]
+    stops = [s for s, _ in reversed(places)] + [len(line)]
+    return [line[b:s] for b, s in zip(bounds, stops, strict=True)]
+
+
+def _name_at(line: str, name: str, low: int, high: int) -> tuple[int, int] | None:
+    """(start, end) of the last `name` inside ``line[low:high]`` — for Similarity=, its start
+    moved back over the blanks and the ``%`` that end the Identities value — or None."""
+    while (at := line.rfind(name, low, high)) >= 0:
+        if name != "Similarity=":
+            return at, at + len(name)
+        start = at
+        while start > low and line[start - 1] in _BLANKS:
+            start -= 1
+        if start > low and line[start - 1] == "%":
+            return start - 1, at + len(name)
+        high = start  # the next candidate ends before these blanks (a name is no blank)
+    return None
 
 
 def _residue_indices(residues: str, start: int) -> list[int]:

@@ -277,13 +277,46 @@ def _find_in_entry(entry: TemplateEntry, chain: str, residues: str) -> tuple[str
     for name, sequence in entry.sequences.items():
         if sequence and residues in sequence:
             return name, sequence.find(residues)
-    pattern = re.compile("".join("." if letter == "X" else f"(?:{re.escape(letter)}|X)"
-                                 for letter in residues))
+    allowed = _wildcard_masks(residues)
     for name, sequence in entry.sequences.items():
-        match = pattern.search(sequence)
-        if match:
-            return name, match.start()
+        if (offset := _wildcard_find(sequence, len(residues), allowed)) >= 0:
+            return name, offset
     return None
+
+
+def _wildcard_masks(residues: str) -> Callable[[str], int]:
+    """For a letter of a chain, the bit mask of the positions of `residues` it may stand at
+    (bit j: position j): its own letter, an ``X`` of the hit (any letter but a line break,
+    the reference's ``.``), and every position where the chain's letter is ``X``."""
+    by_letter: dict[str, int] = {}
+    for j, letter in enumerate(residues):
+        by_letter[letter] = by_letter.get(letter, 0) | 1 << j
+    wild = by_letter.get("X", 0)
+    everything = (1 << len(residues)) - 1
+    cache: dict[str, int] = {"X": everything, "\n": by_letter.get("\n", 0)}
+
+    def allowed(letter: str) -> int:
+        if letter not in cache:
+            cache[letter] = by_letter.get(letter, 0) | wild
+        return cache[letter]
+    return allowed
+
+
+def _wildcard_find(sequence: str, length: int, allowed: Callable[[str], int]) -> int:
+    """The first offset of `sequence` where the hit's residues (`length` of them, their
+    masks `allowed`) occur with ``X`` a wildcard on either side, or -1 — the reference's
+    regex search (``(?:L|X)`` per letter, ``.`` per X) as one shift-and pass: bit j of
+    `state` says the last j + 1 letters match the residues' first j + 1, so each letter of
+    the chain is read once (the regex retries every offset: time the product of the
+    lengths)."""
+    if length == 0:
+        return 0
+    state, last = 0, 1 << (length - 1)
+    for i, letter in enumerate(sequence):
+        state = (state << 1 | 1) & allowed(letter)
+        if state & last:
+            return i - length + 1
+    return -1
 
 
 def _realign(entry: TemplateEntry, chain: str, residues: str, mapping: dict[int, int],
