@@ -160,6 +160,14 @@ def _read_hdf5(path: Path, shape: tuple[int, int, int] | None = None
         raise SciperfError(f"cannot read {path}: {_reason(exc)}") from exc
 
 
+# The filters HDF5 and h5py build in: a file naming any other makes HDF5 search its plugin
+# path and load a shared library, code the data file chooses.
+H5_FILTERS = {h5py.h5z.FILTER_DEFLATE: "gzip", h5py.h5z.FILTER_SHUFFLE: "shuffle",
+              h5py.h5z.FILTER_FLETCHER32: "fletcher32", h5py.h5z.FILTER_SZIP: "szip",
+              h5py.h5z.FILTER_NBIT: "nbit", h5py.h5z.FILTER_SCALEOFFSET: "scaleoffset",
+              h5py.h5z.FILTER_LZF: "lzf"}
+
+
 def _h5_dataset(fh: h5py.File, path: Path, key: str) -> h5py.Dataset:
     """`key` of an open file, which must be a dataset (not a group or a link to one)
     stored in the file itself: its path is resolved link by link without leaving the file
@@ -177,6 +185,12 @@ def _h5_dataset(fh: h5py.File, path: Path, key: str) -> h5py.Dataset:
         where = dcpl.get_external(0)[0].decode(errors="replace")
         raise SciperfError(f"{path}: {key} has external raw storage ({where!r}); sciperf "
                            "reads only data stored in the file itself")
+    for index in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(index)[0]
+        if code not in H5_FILTERS:
+            raise SciperfError(f"{path}: {key} is stored through HDF5 filter {code}, which "
+                               "HDF5 would load as a plugin (code named by the file); sciperf "
+                               f"reads {', '.join(H5_FILTERS.values())}")
     return obj
 
 
