@@ -113,7 +113,7 @@ def write(out: Path, epoch: int, backend: Any, driver: dict[str, Any], mllog: Pa
         atomic.remove(final)  # (an equal one: the same epoch written again)
         os.replace(tmp, final)
     except (OSError, RuntimeError) as exc:  # a full disk: one line, no partial folder
-        failure = f"cannot write checkpoint {final}: {_write_reason(exc, root)}"
+        failure = f"{final}: cannot be written ({_write_reason(exc, root)})"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failure is not None:  # raised outside the handler, so the writer's error is not
@@ -128,11 +128,12 @@ FULL_BYTES = 4 << 20  # free space below which a failed write is put down to a f
 
 
 def _write_reason(exc: OSError | RuntimeError, where: Path) -> str:
-    """Why a checkpoint could not be written. The OS says it for Python's writes; torch's
-    zip writer says only "unexpected pos 76416 vs 76368" or "iostream error", so a full
-    disk is named when the disk is full, and the writer's words kept otherwise."""
+    """Why a checkpoint could not be written, in sciperf.data.atomic's words. The OS says it
+    for Python's writes; torch's zip writer says only "unexpected pos 76416 vs 76368" or
+    "iostream error", so a full disk is named when the disk is full, and the writer's words
+    kept otherwise."""
     if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
+        return atomic.why(exc)
     try:
         full = shutil.disk_usage(where).free < FULL_BYTES
     except OSError:
@@ -140,7 +141,7 @@ def _write_reason(exc: OSError | RuntimeError, where: Path) -> str:
     text = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(exc).strip())
     words = text.splitlines()[0] if text else type(exc).__name__
     if full:
-        return f"No space left on device ({words})"
+        return f"No space left on device ({words}); is the disk full?"
     return f"the framework's writer failed ({words}); is the disk full or a file size limit hit?"
 
 

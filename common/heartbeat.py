@@ -170,6 +170,8 @@ def _alive(pid: int) -> bool:
 def _fallback_records(log: Path, summary: Path, instance: int | None, epochs: int) -> str:
     """run_stop aborted and the summary's final status, written from outside a stuck rank 0."""
     from sciperf import jsondata
+    from sciperf.data import atomic
+    from sciperf.errors import SciperfError
     from sciperf.results.mllog import MLLogger
 
     mll = MLLogger(log, mode="a", instance=instance)
@@ -185,9 +187,10 @@ def _fallback_records(log: Path, summary: Path, instance: int | None, epochs: in
     record.update(status="error", epochs=epochs, run_stop_unix=now if start else None,
                   time_to_train_s=(now - start) if start else None,
                   ended_by="hang sentinel: rank 0 was stuck in a collective")
-    tmp = summary.with_name(f".{summary.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str, allow_nan=False))
-    os.replace(tmp, summary)
+    try:  # the earlier summary stays whole and no temporary is left (sciperf.data.atomic)
+        atomic.write_text(summary, json.dumps(record, indent=2, default=str, allow_nan=False))
+    except SciperfError as exc:  # the hang's line says it: rank 0 is ended all the same
+        return f"run_stop aborted; {exc}"
     return f"run_stop aborted and {summary.name} written to {summary.parent}"
 
 

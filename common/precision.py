@@ -16,6 +16,7 @@ CPU with bf16 kernels — ``sciperf.info.bf16_kernels`` — not in 25×-slower e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -27,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sciperf import jsondata
+from sciperf.data import atomic
 from sciperf.distributed import cpu_count
 from sciperf.errors import SciperfError
 from sciperf.info import machine
@@ -91,15 +93,21 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    """Atomically, or not at all (a read-only home costs a re-measure next time)."""
+    """Atomically, or not at all (a read-only home or a full disk costs a re-measure next
+    time). Each writer's temporary has a name of its own (every node of a job may measure
+    and write the shared cache at once), and a failed write removes it."""
+    part: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
                                          suffix=".part") as tmp:
+            part = Path(tmp.name)
             json.dump(data, tmp, indent=1)
-        Path(tmp.name).replace(path)
+        part.replace(path)
     except OSError:
-        pass
+        if part is not None:
+            with contextlib.suppress(OSError):
+                atomic.remove(part)
 
 
 def _writable(path: Path) -> bool:

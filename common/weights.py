@@ -22,7 +22,6 @@ module imports no ML framework (rule 2).
 
 from __future__ import annotations
 
-import os
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 
 KINDS = ("conv", "dense", "depthwise", "deconv", "norm", "affine", "embedding", "layernorm",
@@ -163,7 +163,8 @@ def check_entries(arrays: Mapping[str, np.ndarray], want: Mapping[str, tuple[int
 
 
 def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
-    """Write canonical weights atomically (temp file + rename: nothing half-written)."""
+    """Write canonical weights atomically (temp file + rename: nothing half-written); a
+    write the disk refuses is one line naming `path` (:mod:`sciperf.data.atomic`)."""
     path = Path(path)
     if path.suffix != ".npz":
         raise SciperfError(f"{path}: weight files end in .npz")
@@ -174,16 +175,9 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
         if arr.dtype.kind != "f":
             raise SciperfError(f"{path}: {name} has dtype {arr.dtype}, expected floating point")
         clean[name] = arr
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **clean)
-        os.replace(tmp, path)
-    except OSError as exc:  # numpy's write error names no file: a full disk said "a write
-        raise SciperfError(f"cannot write {path}: {exc.strerror or exc}") from exc  # failed"
-    finally:
-        tmp.unlink(missing_ok=True)
+    # numpy's write error names no file: the line names it; a folder made for it goes again
+    with atomic.folder_for(path.parent), atomic.replacing(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **clean)
     return path
 
 

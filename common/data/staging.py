@@ -15,6 +15,7 @@ and carry the source's mtime, so a rerun skips files that are already staged and
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from sciperf.data import atomic
 from sciperf.data.sharding import shard
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
@@ -122,12 +124,19 @@ def _copy_with_crc(src: Path, tmp: Path) -> int:
     return crc
 
 
+# what only a write is refused with: the disk (full, quota, file-size limit) or its mount
+_REFUSED = frozenset({*atomic.FULL, errno.EROFS})
+
+
 def copy_file(src: Path, dst: Path, verify: str, st: os.stat_result | None = None) -> int:
     """Copy one file atomically and verify it; returns the bytes copied.
 
     `dst`'s directory must exist. A failed verification raises naming the file; the final
     name only ever holds a complete, verified copy (a killed job leaves at most a hidden
     temporary file). The copy gets the source's mtime, which the rerun's quick check reads.
+    A write the disk refuses (full, quota, file-size limit, read-only) is one line naming
+    the copy in :mod:`sciperf.data.atomic`'s words; any other error names both files (the
+    kernel's copy does not say which side failed).
     """
     tmp = dst.with_name(f".{dst.name}.staging-{os.getpid()}")
     try:
@@ -147,6 +156,8 @@ def copy_file(src: Path, dst: Path, verify: str, st: os.stat_result | None = Non
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, dst)
     except OSError as exc:
+        if exc.errno in _REFUSED:
+            raise SciperfError(f"{dst}: cannot be written ({atomic.why(exc)})") from None
         raise SciperfError(f"staging {src} → {dst} failed: {exc}") from exc
     finally:
         with contextlib.suppress(OSError):

@@ -19,16 +19,20 @@ data that itself contains CRCs is not trivially zero.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import secrets
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
+
+from sciperf.data import atomic
 
 __all__ = ["PathLike", "TFRecordError", "read_records", "write_records"]
 
@@ -77,13 +81,15 @@ def _header(length: int) -> bytes:
     return length_bytes + _FOOTER.pack(_masked_crc(length_bytes))
 
 
-def _write_all(stream: BinaryIO, payloads: Iterable[bytes]) -> None:
-    """Write every payload as a framed record to ``stream``."""
+def _write_all(stream: BinaryIO | gzip.GzipFile, payloads: Iterable[bytes], where: Path) -> None:
+    """Write every payload as a framed record to ``stream``. A write the disk refuses is one
+    line naming ``where``; an error of the payloads' own iterator stays its own."""
     for payload in payloads:
         data = payload if isinstance(payload, bytes) else memoryview(payload).cast("B")
-        stream.write(_header(len(data)))
-        stream.write(data)
-        stream.write(_FOOTER.pack(_masked_crc(data)))
+        with atomic.failing_as(where):
+            stream.write(_header(len(data)))
+            stream.write(data)
+            stream.write(_FOOTER.pack(_masked_crc(data)))
 
 
 def _temp_path(path: str) -> str:
@@ -98,25 +104,36 @@ def write_records(path: PathLike, payloads: Iterable[bytes], compression: str = 
     The file is written under a temporary name in the same directory and
     renamed into place only once complete, so readers (and a benchmark rerun
     after a killed data-preparation job) never see a half-written file.  If the
-    payload iterator raises, the temporary file is removed and nothing appears.
+    payload iterator raises, the temporary file is removed and nothing appears; a
+    write the disk refuses (full, quota, file-size limit) is a SciperfError naming
+    ``path`` in one line (:mod:`sciperf.data.atomic`), as every dataset writer says it.
     """
     if compression not in ("gzip", "none"):
         raise ValueError(f"compression must be 'gzip' or 'none', got {compression!r}")
     final = os.fspath(path)
-    temp = _temp_path(final)
+    where, temp = Path(final), _temp_path(final)
     try:
-        with open(temp, "xb") as raw:
+        with atomic.failing_as(where):
+            raw = open(temp, "xb")  # noqa: SIM115 (closed below, whatever happens)
+        stream: BinaryIO | gzip.GzipFile = raw
+        try:
             if compression == "gzip":
-                # mtime=0 and no file name keep the output byte-for-byte reproducible.
-                with gzip.GzipFile(
-                    filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0
-                ) as stream:
-                    _write_all(stream, payloads)
-            else:
-                _write_all(raw, payloads)
-        os.replace(temp, final)
+                with atomic.failing_as(where):  # (its header)
+                    # mtime=0 and no file name keep the output byte-for-byte reproducible.
+                    stream = gzip.GzipFile(
+                        filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL,
+                        mtime=0)
+            _write_all(stream, payloads, where)
+            with atomic.failing_as(where):
+                stream.close()  # gzip: its trailer
+                raw.close()
+                os.replace(temp, final)
+        finally:
+            for f in (stream, raw):  # after a failure: closed, whatever a close says
+                with contextlib.suppress(OSError, ValueError):
+                    f.close()
     except BaseException:
-        if os.path.exists(temp):
+        with contextlib.suppress(OSError):  # the write's error is the one to tell
             os.unlink(temp)
         raise
 

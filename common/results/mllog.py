@@ -22,6 +22,7 @@ from typing import Any
 from mlperf_logging.mllog import constants as C  # noqa: N812
 from mlperf_logging.mllog import mllog as mllog_impl
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 from sciperf.results.logs import MAX_RECORD_BYTES
 
@@ -95,7 +96,7 @@ class MLLogger:
         self.mode = mode  # "a": a resumed run continues its log
         self.path = Path(path) if path else None
         self.instance = instance
-        self.failure: str | None = None  # "cannot write PATH: why", once a write failed
+        self.failure: str | None = None  # "PATH: cannot be written (why)", once one failed
         self._logger = mllog_impl.MLLogger(logger=self._make_logger(echo), root_dir=None)
 
     def _make_logger(self, echo: bool) -> logging.Logger:
@@ -143,7 +144,7 @@ class MLLogger:
                 self._logger.logger.removeHandler(handler)
         if self.path is not None:
             _trim_cut_record(self.path)
-        self.failure = f"cannot write {self.path}: {exc.strerror or exc}"
+        self.failure = f"{self.path}: cannot be written ({atomic.why(exc)})"
         raise SciperfError(self.failure) from exc
 
     def _check_written(self) -> None:

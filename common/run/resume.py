@@ -11,7 +11,6 @@ checkpoint — driver.json, the MLLOG so far, the manifest — is the driver's, 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from sciperf import checkpoint, jsondata, output
 from sciperf.backends import EpochProgress
+from sciperf.data import atomic
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.run.files import result_file, summary_file
@@ -93,13 +93,8 @@ def continue_log(found: checkpoint.Found, log: Path) -> None:
             record["value"] = "open"
             line = ":::MLLOG " + json.dumps(record)
         out.append(line)
-    tmp = log.with_name(f".{log.name}.tmp")
-    try:
-        tmp.write_text("".join(f"{line}\n" for line in out))
-        os.replace(tmp, log)
-    except OSError as exc:  # a full disk: the old log stands, no temporary left
-        tmp.unlink(missing_ok=True)
-        raise SciperfError(f"cannot write {log}: {exc.strerror or exc}") from exc
+    # a full disk: one line naming the log, which stands as it was, no temporary left
+    atomic.write_text(log, "".join(f"{line}\n" for line in out))
 
 
 def restore_driver(found: checkpoint.Found, state: RunState) -> None:

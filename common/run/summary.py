@@ -1,6 +1,7 @@
 """What a run leaves for readers: summary.json (written by rank 0, atomically, strict JSON),
 and the one line an ended run prints about its records — which were written, which a
-refused write left out, and the single "cannot write FILE" line a failed write ends with.
+refused write left out, and the single line, naming the file, that a failed write ends
+with.
 
 summary.json's readers (`sciperf.results.summary`) divide by its numbers; a NaN there is
 written as null. Every write here fails with a SciperfError naming the file, so the
@@ -13,7 +14,6 @@ import contextlib
 import errno
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Iterator
@@ -22,6 +22,7 @@ from typing import Any
 
 from sciperf import __version__
 from sciperf.config_keys import config_hash, to_container
+from sciperf.data import atomic
 from sciperf.distributed import RankInfo
 from sciperf.errors import SciperfError
 from sciperf.info import git_hash
@@ -78,14 +79,8 @@ def write_summary(out: Path, cfg: Any, workload: Workload, backend: Any, state: 
     }
     if info.rank == 0:
         name = summary_file(info.instance, info.instances)
-        tmp = out / f".{name}.tmp"
         text = json.dumps(json_safe(summary), indent=2, default=str, allow_nan=False)
-        try:
-            tmp.write_text(text)
-            os.replace(tmp, out / name)
-        except OSError as exc:  # a full disk: no temporary left, one line naming the file
-            tmp.unlink(missing_ok=True)
-            raise SciperfError(f"cannot write {out / name}: {exc.strerror or exc}") from exc
+        atomic.write_text(out / name, text)  # a full disk: one line, no temporary left
     return summary
 
 
@@ -136,14 +131,14 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 def write_failure(exc: BaseException, out: Path, unwritten: list[str]) -> SciperfError | None:
     """The one line a failed write ends a run with (None: `exc` is no failed write).
 
-    The MLLOG, summary.json and checkpoints say it themselves (SciperfError "cannot write
-    FILE: why"); another write (the weights of train.save_weights) raises the OS's error,
-    named here. Closing records the disk refused too are added: the line is all the user
-    sees of them.
+    The MLLOG, summary.json, checkpoints and weights say it themselves (a SciperfError naming
+    the file); another write raises the OS's error, named here in sciperf.data.atomic's
+    words. Closing records the disk refused too are added: the line is all the user sees of
+    them.
     """
     if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
-        message = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else \
-            f"a write failed: {exc.strerror or exc} (is output_dir={out} full?)"
+        message = f"{exc.filename}: cannot be written ({atomic.why(exc)})" if exc.filename \
+            else f"a write failed: {exc.strerror or exc} (is output_dir={out} full?)"
     elif type(exc) is SciperfError and unwritten:
         message = str(exc)
     else:

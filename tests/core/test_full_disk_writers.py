@@ -3,7 +3,11 @@ ends a full disk in one line naming its file, in atomic.why's words, and leaves 
 temporary and no half-written file (issue 37, item 1: the same class of fault elsewhere):
 bench records, the launch script, the dataset manifest, prepare's per-rank parts, OC20's
 force_stats.json, OpenFold's generator mark and starting checkpoint, the scratch folders
-of `check`, `score` and the bench's staging row.
+of `check`, `score` and the bench's staging row; CosmoFlow's TFRecord samples, OpenFold's
+alignment shards and kalign's scratch folder; the hang sentinel's summary.json and the
+precision cache (which say it, or skip it, without a temporary left); a run's weights,
+summary.json, resumed MLLOG, checkpoints and staged copies. OC20's force_stats.json read
+back damaged is one line too.
 
 The disk is filled for real, in this process: a lowered soft RLIMIT_FSIZE fails a write
 past it with EFBIG, as a full disk fails it with ENOSPC (:class:`FileSizeLimit`). Folders
@@ -364,3 +368,276 @@ def test_bench_staging_row_on_a_full_disk_is_one_line_and_leaves_no_scratch(tmp_
         assert "/cp_-r: cannot be written (cp: " in message, message
         assert message.endswith("No space left on device; is the disk full?)"), message
         assert _files(small) == before
+
+
+# --- dataset samples and shards -------------------------------------------------------------
+
+def test_a_cosmoflow_tfrecord_on_a_full_disk_is_one_line_and_leaves_no_sample(disk, tmp_path):
+    """`prepare data.format=tfrecord`: the manifest's claim fits, the first sample does not.
+    The line names the sample; no temporary, no sample file, no complete set."""
+    from sciperf.data import manifest
+
+    data = tmp_path / "data"
+    with disk.at(4096):
+        proc = cli("prepare", "workload=cosmoflow", "experiment=mini", "data.format=tfrecord",
+                   "data.train_samples=2", "data.eval_samples=1", f"data.dir={data}")
+    line = _last_line(proc, "prepare")
+    assert line.startswith(f"sciperf prepare: error: {data / 'train'}/"), line
+    assert line.endswith(f".tfrecord: {TOO_LARGE}"), line
+    assert not _temporaries(data) and not list(data.rglob("*.tfrecord"))
+    assert manifest.entry(data, "tfrecord") is None
+
+
+def test_openfold_alignment_shards_on_a_full_disk_are_one_line(disk, tmp_path):
+    """A chain's alignments refused in its shard's temporary: one line naming the shard,
+    and every shard's temporary goes (no shard, no super.index)."""
+    from sciperf.workloads.openfold import layout
+
+    root = tmp_path / "data"
+    with disk.at(4096), pytest.raises(SciperfError) as err, \
+            layout.AlignmentWriter(root) as writer:
+        writer.add("1abc_A", [("a3m/uniref90_hits.a3m", b">q\n" + b"A" * (64 << 10))])
+    shard = layout.shard_of("1abc_A")
+    assert str(err.value) == f"{root / layout.ALIGNMENTS_DIR / f'{shard}.db'}: {TOO_LARGE}"
+    assert _files(root / layout.ALIGNMENTS_DIR) == {}
+
+
+def test_openfold_alignment_shards_without_an_inode_are_one_line(tmp_path):
+    """The disk has inodes for a few of the ten shards' temporaries: one line naming the
+    first it refuses, and those made go again."""
+    from sciperf.workloads.openfold import layout
+
+    # inodes: the mount's root, the three folders, four temporaries
+    with _tmpfs(tmp_path / "disk", "size=64k,nr_inodes=8") as small:
+        with pytest.raises(SciperfError) as err:
+            layout.AlignmentWriter(small)
+        folder = small / layout.ALIGNMENTS_DIR
+        assert str(err.value) == f"{folder / '4.db'}: {NO_SPACE}"
+        assert _files(folder) == {}
+
+
+# --- OpenFold's kalign scratch folder ----------------------------------------------------------
+
+@pytest.fixture
+def kalign() -> str:
+    """The real kalign program (skipped where it is not installed)."""
+    from sciperf.workloads.openfold import templates
+
+    if shutil.which("kalign") is None:
+        pytest.skip(f"no kalign ({templates.KALIGN_INSTALL_HINT})")
+    return "kalign"
+
+
+PAIR = ["MKVLAAGIVGLLLAWHQRSTPEDKLMNVAAGG", "MKVLAGIVGLLLAWHQRSSTPEDKLMNVAGG"]
+
+
+def test_kalign_s_input_on_a_full_disk_is_one_line_and_leaves_no_folder(
+        disk, kalign, tmp_path, monkeypatch):
+    """The input file refused: one line naming it (not a dropped hit, not a traceback), and
+    the scratch folder goes. The same pair aligns once the disk has room."""
+    from sciperf.workloads.openfold import templates
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with disk.at(0), pytest.raises(SciperfError) as err:
+        templates.kalign_align(PAIR, kalign)
+    message = str(err.value)
+    assert message.startswith(f"{scratch}/sciperf-kalign-"), message
+    assert message.endswith(f"/input.fasta: {TOO_LARGE}"), message
+    assert _files(scratch) == {}
+    assert [row.replace("-", "") for row in templates.kalign_align(PAIR, kalign)] == PAIR
+
+
+def test_kalign_s_folder_on_a_full_temporary_disk_is_one_line(kalign, tmp_path, monkeypatch):
+    """No inode left for the scratch folder: one line naming the temporary directory."""
+    from sciperf.workloads.openfold import templates
+
+    with _tmpfs(tmp_path / "tmp", "size=64k,nr_inodes=1") as full:
+        monkeypatch.setattr(tempfile, "tempdir", str(full))
+        with pytest.raises(SciperfError) as err:
+            templates.kalign_align(PAIR, kalign)
+        assert str(err.value) == f"{full}: {NO_SPACE}"
+        assert _files(full) == {}
+
+
+# --- the hang sentinel and the precision cache ------------------------------------------------
+
+def test_the_hang_sentinel_s_summary_on_a_full_disk_is_said_in_its_line(disk, tmp_path):
+    """The sentinel's own summary.json refused: what it returns for the hang's line names
+    the file in atomic.why's words (the sentinel still ends rank 0), the summary rank 0
+    wrote stays whole, and no temporary is left."""
+    from sciperf import heartbeat
+
+    log, summary = tmp_path / "result_0.txt", tmp_path / "summary.json"
+    summary.write_text(json.dumps({"status": "running", "run_start_unix": 1.0,
+                                   "history": [{"epoch": i} for i in range(400)]}))
+    before = summary.read_bytes()
+    with disk.at(len(before) // 2):
+        records = heartbeat._fallback_records(log, summary, None, 3)
+    assert records == f"run_stop aborted; {summary}: {TOO_LARGE}"
+    assert summary.read_bytes() == before
+    assert '"run_stop"' in log.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result_0.txt", "summary.json"]
+
+
+def test_the_precision_cache_on_a_full_disk_is_skipped_and_leaves_no_part(disk, tmp_path):
+    """The cache is only a cache: its write refused is no error, the earlier cache stays
+    whole, and no `.part` temporary is left in its folder."""
+    from sciperf import precision
+
+    path = tmp_path / "cache" / "precision.json"
+    precision._write(path, {"old": {"fp32": 1.0, "bf16": 2.0}})
+    before = _files(tmp_path)
+    with disk.at(100):
+        precision._write(path, {f"cpu {i}": {"fp32": 1.0, "bf16": 2.0} for i in range(50)})
+    assert _files(tmp_path) == before
+
+
+# --- a run's own files: weights, summary.json, the resumed MLLOG, checkpoints -------------------
+
+def test_weights_on_a_full_disk_are_one_line_and_leave_no_folder(disk, tmp_path):
+    """train.save_weights' .npz in a new folder: atomic.why's words, no temporary, and the
+    folder made for it goes again."""
+    from sciperf.weights import save_npz
+
+    path = tmp_path / "new" / "weights.npz"
+    with disk.at(4096), pytest.raises(SciperfError) as err:
+        save_npz(path, {"dense/kernel": np.zeros((64, 64), np.float32)})
+    assert str(err.value) == f"{path}: {TOO_LARGE}"
+    assert _files(tmp_path) == {}
+
+
+def test_weights_folder_without_an_inode_is_one_line(tmp_path):
+    """The weights' folder itself refused (no inode left): one line naming it."""
+    from sciperf.weights import save_npz
+
+    with _tmpfs(tmp_path / "disk", "size=64k,nr_inodes=1") as full:
+        with pytest.raises(SciperfError) as err:
+            save_npz(full / "out" / "weights.npz", {"dense/bias": np.zeros(4, np.float32)})
+        assert str(err.value) == f"{full / 'out'}: {NO_SPACE}"
+        assert _files(full) == {}
+
+
+def test_summary_json_on_a_full_disk_is_one_line_and_keeps_the_old_one(disk, tmp_path):
+    """Rank 0's summary.json refused: atomic.why's words naming it, the earlier summary
+    whole, no temporary."""
+    from sciperf.config import compose
+    from sciperf.distributed import RankInfo
+    from sciperf.run.state import RunState
+    from sciperf.run.summary import write_summary
+    from sciperf.workloads import get
+
+    cfg = compose(["workload=cosmoflow", "experiment=mini", f"output_dir={tmp_path}"])
+    (tmp_path / "summary.json").write_text('{"status": "running"}')
+    before = _files(tmp_path)
+    with disk.at(100), pytest.raises(SciperfError) as err:
+        write_summary(tmp_path, cfg, get("cosmoflow"), None, RunState(), "error", 0.0, None,
+                      RankInfo())
+    assert str(err.value) == f"{tmp_path / 'summary.json'}: {TOO_LARGE}"
+    assert _files(tmp_path) == before
+
+
+def test_a_run_s_own_write_error_is_named_in_atomic_s_words(tmp_path):
+    """A write the run does not name itself (the OS's error, with its file) ends the run in
+    the same words as every writer."""
+    import errno
+
+    from sciperf.run.summary import write_failure
+
+    exc = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.bin"))
+    assert str(write_failure(exc, tmp_path, [])) == f"{tmp_path / 'x.bin'}: {NO_SPACE}"
+
+
+def test_a_resumed_mllog_on_a_full_disk_keeps_the_log(disk, tmp_path):
+    """The checkpoint's MLLOG copied back over result_0.txt, refused: one line naming the
+    log, which stays as it was, and no temporary."""
+    from sciperf import checkpoint
+    from sciperf.run.resume import continue_log
+
+    saved = tmp_path / "checkpoints" / "epoch_0001"
+    saved.mkdir(parents=True)
+    (saved / checkpoint.MLLOG).write_text(":::MLLOG {}\n" * 200)
+    log = tmp_path / "result_0.txt"
+    log.write_text(":::MLLOG {}\n")
+    before = _files(tmp_path)
+    found = checkpoint.Found(path=saved, epoch=1, driver={}, skipped=())
+    with disk.at(100), pytest.raises(SciperfError) as err:
+        continue_log(found, log)
+    assert str(err.value) == f"{log}: {TOO_LARGE}"
+    assert _files(tmp_path) == before
+
+
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_folder(disk, tmp_path):
+    """The backend's state refused: atomic.why's words naming the checkpoint, and neither
+    it nor its temporary folder is left."""
+    from sciperf import checkpoint
+
+    backend = SimpleNamespace(
+        save_state=lambda folder: (folder / "state.pt").write_bytes(b"\1" * (1 << 20)))
+    final = checkpoint.folder(tmp_path) / "epoch_0001"
+    with disk.at(64 << 10), pytest.raises(SciperfError) as err:
+        checkpoint.write(tmp_path, 1, backend, {}, None, keep=2)
+    assert str(err.value) == f"{final}: {TOO_LARGE}"
+    assert not any(checkpoint.folder(tmp_path).iterdir())
+
+
+def test_a_checkpoint_the_framework_s_writer_fails_on_a_full_disk_is_one_line(tmp_path):
+    """torch's zip writer says only "unexpected pos": on a disk with no room left the line
+    says the disk, in atomic.why's words, and keeps the writer's."""
+    from sciperf import checkpoint
+
+    def save_state(folder: Path) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")
+
+    with _tmpfs(tmp_path / "disk", "size=64k") as small:
+        final = checkpoint.folder(small) / "epoch_0001"
+        with pytest.raises(SciperfError) as err:
+            checkpoint.write(small, 1, SimpleNamespace(save_state=save_state), {}, None, 2)
+        assert str(err.value) == f"{final}: cannot be written (No space left on device " \
+            "(unexpected pos 64 vs 0); is the disk full?)"
+        assert not any(checkpoint.folder(small).iterdir())
+
+
+def test_a_staged_copy_on_a_full_disk_is_one_line_and_leaves_no_temporary(disk, tmp_path):
+    """data.stage_dir's copy refused (either verification): atomic.why's words naming the
+    copy, and its temporary goes."""
+    from sciperf.data.staging import copy_file
+
+    src = tmp_path / "data" / "a.bin"
+    src.parent.mkdir()
+    src.write_bytes(b"\1" * (64 << 10))
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    for verify in ("size", "checksum"):
+        with disk.at(4096), pytest.raises(SciperfError) as err:
+            copy_file(src, stage / "a.bin", verify)
+        assert str(err.value) == f"{stage / 'a.bin'}: {TOO_LARGE}", verify
+        assert _files(stage) == {}, verify
+
+
+# --- OC20's force statistics, read back ---------------------------------------------------------
+
+@pytest.mark.parametrize("text", [b'{"force_std": 0.4', b"[" * 100_000, b"\xff\xfe",
+                                  b"[0.46]", b'{"force_std": "0.46"}'],
+                         ids=["cut", "nested", "not-utf8", "not-an-object", "not-a-number"])
+def test_oc20_force_stats_that_are_not_the_generator_s_are_one_line(tmp_path, text):
+    """A damaged force_stats.json is one line naming it, never a traceback or a list."""
+    from sciperf.workloads.oc20 import synthetic
+
+    (tmp_path / "force_stats.json").write_bytes(text)
+    with pytest.raises(SciperfError) as err:
+        synthetic.force_stats(tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'force_stats.json'}: "), message
+    assert "\n" not in message
+
+
+def test_oc20_force_stats_read_back_as_written(tmp_path):
+    """The generator's own file reads back; no file is no statistics."""
+    from sciperf.workloads.oc20 import synthetic
+
+    assert synthetic.force_stats(tmp_path) is None
+    stats = {"free_force_components": 12, "force_std": 0.46, "energy_mean": -3.5}
+    (tmp_path / "force_stats.json").write_text(json.dumps(stats, indent=2))
+    assert synthetic.force_stats(tmp_path) == stats

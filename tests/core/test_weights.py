@@ -158,7 +158,8 @@ def test_a_refused_write_names_the_weights_file(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
-        with pytest.raises(SciperfError, match=rf"^cannot write {path}: File too large$"):
+        with pytest.raises(SciperfError, match=rf"^{path}: cannot be written \(File too "
+                                               r"large; is the disk full\?\)$"):
             weights.save_npz(path, {"dense/kernel": np.zeros((64, 64), np.float32)})
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sciperf import jsondata
 from sciperf.data import atomic, manifest
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
@@ -234,7 +235,21 @@ def request_from_config(cfg: Any) -> GenerateRequest:
 
 
 def force_stats(root: str | Path) -> dict[str, float] | None:
-    """The generator's training-force statistics, if this directory was generated."""
+    """The generator's training-force statistics, if this directory was generated (None:
+    no force_stats.json). One that cannot be read, or is not the generator's object of
+    numbers (cut short, garbled, nested past the recursion limit), is one line naming it:
+    a damaged file is no sign of a directory the generator did not write."""
     path = Path(root) / "force_stats.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        stats = jsondata.loads(path.read_text())
+    except OSError as exc:
+        raise SciperfError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # (UnicodeDecodeError too)
+        raise SciperfError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(stats, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in stats.values()):
+        raise SciperfError(f"{path}: not an object of numbers (the generator's statistics)")
+    return stats
 

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sciperf.data import atomic
 from sciperf.errors import SciperfError
 from sciperf.workloads.openfold import geometry
 from sciperf.workloads.openfold import residue_constants as rc
@@ -402,16 +403,24 @@ def kalign_align(sequences: Sequence[str], executable: str = "kalign",
 
     Runs ``kalign -i in.fasta -o out.fasta -format fasta`` in a private temporary folder (as
     the reference does). A missing program is a :class:`SciperfError` naming the install
-    command; a failed, timed-out or unreadable run, or a sequence shorter than
+    command, and so is a temporary folder or input file the disk refuses (one line in
+    :mod:`sciperf.data.atomic`'s words: the folder goes, and a hit is never dropped for
+    it); a failed, timed-out or unreadable run, or a sequence shorter than
     :data:`KALIGN_MIN_LENGTH`, raises :class:`KalignError`.
     """
     program = require_kalign(executable)
     if len(sequences) < 2 or any(len(s) < KALIGN_MIN_LENGTH for s in sequences):
         raise KalignError("kalign needs two or more sequences of >= 6 residues")
-    with tempfile.TemporaryDirectory(prefix="sciperf-kalign-") as folder:
+    try:
+        folder = tempfile.mkdtemp(prefix="sciperf-kalign-")
+    except OSError as exc:  # tempfile.tempdir stays None when no candidate was usable
+        where = tempfile.tempdir or "the temporary directory"
+        raise SciperfError(f"{where}: cannot be written ({atomic.why(exc)})") from None
+    try:
         source, target = Path(folder) / "input.fasta", Path(folder) / "output.fasta"
-        source.write_text("".join(f">sequence {i}\n{s}\n"
-                                  for i, s in enumerate(sequences, start=1)))
+        with atomic.failing_as(source):
+            source.write_text("".join(f">sequence {i}\n{s}\n"
+                                      for i, s in enumerate(sequences, start=1)))
         try:
             done = subprocess.run([program, "-i", str(source), "-o", str(target),
                                    "-format", "fasta"], capture_output=True, timeout=timeout,
@@ -424,6 +433,8 @@ def kalign_align(sequences: Sequence[str], executable: str = "kalign",
             aligned = parse_a3m(target.read_text(), "kalign output")
         except SciperfError as err:
             raise KalignError(str(err)) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     rows = dict(zip(aligned.descriptions, aligned.sequences, strict=True))
     try:
         return [rows[f"sequence {i}"] for i in range(1, len(sequences) + 1)]

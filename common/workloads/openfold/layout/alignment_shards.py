@@ -11,14 +11,16 @@ truncated shard, an offset beyond a file or a chain absent from ``super.index`` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sciperf import jsondata
+from sciperf.data import atomic
 from sciperf.workloads.openfold.layout.paths import (
     ALIGNMENTS_DIR,
     SUPER_INDEX,
@@ -46,17 +48,33 @@ class AlignmentWriter:
     its files as (path inside the directory, bytes); they are sorted by that path, appended
     to the directory's shard, and every chain of its duplicate group gets the same entry.
     :meth:`close` writes ``super.index`` (shard by shard, in the order chains were added).
+
+    Each shard grows as a hidden temporary beside it, renamed into place by :meth:`close`:
+    a write the disk refuses is one line naming the shard (:mod:`sciperf.data.atomic`), and
+    every temporary goes with it, so no reader finds a shard cut short.
     """
 
     def __init__(self, root: str | Path, shards: int = NUM_SHARDS) -> None:
         self.folder = Path(root) / ALIGNMENTS_DIR
-        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic.failing_as(self.folder):
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.shards = shards
-        self._tmp = [self.folder / f".{n}.db.tmp" for n in range(shards)]
-        self._files = [open(p, "wb") for p in self._tmp]  # noqa: SIM115 (closed in close())
+        self._tmp = [atomic.temporary(self._shard(n)) for n in range(shards)]
+        self._files: list[BinaryIO] = []  # one per shard once open, closed by close()
+        try:
+            for n, tmp in enumerate(self._tmp):
+                with atomic.failing_as(self._shard(n)):
+                    self._files.append(open(tmp, "wb"))  # noqa: SIM115
+        except BaseException:
+            self._discard()
+            raise
         self._offsets = [0] * shards
         self._index: list[dict[str, dict]] = [{} for _ in range(shards)]
         self._seen: set[str] = set()
+
+    def _shard(self, n: int) -> Path:
+        """Where shard `n` ends up (``<n>.db``)."""
+        return self.folder / f"{n}.db"
 
     def add(self, chain_dir: str, files: Iterable[tuple[str, bytes]],
             duplicates: Sequence[str] = ()) -> None:
@@ -65,7 +83,8 @@ class AlignmentWriter:
         shard = shard_of(chain_dir, self.shards)
         entry: dict[str, Any] = {"db": f"{shard}.db", "files": []}
         for relpath, data in sorted(files, key=lambda item: item[0]):
-            self._files[shard].write(data)
+            with atomic.failing_as(self._shard(shard)):
+                self._files[shard].write(data)
             entry["files"].append([Path(relpath).name, self._offsets[shard], len(data)])
             self._offsets[shard] += len(data)
         for name in duplicates or (chain_dir,):
@@ -76,13 +95,28 @@ class AlignmentWriter:
 
     def close(self) -> Path:
         """Finish the shards and write ``super.index`` (atomically, last)."""
-        for tmp, f in zip(self._tmp, self._files, strict=True):
-            f.close()
-            tmp.replace(self.folder / tmp.name[1:-len(".tmp")])
+        try:
+            for n, (tmp, f) in enumerate(zip(self._tmp, self._files, strict=True)):
+                with atomic.failing_as(self._shard(n)):
+                    f.close()
+                    tmp.replace(self._shard(n))
+        except BaseException:
+            self._discard()
+            raise
         index = {name: entry for shard in self._index for name, entry in shard.items()}
         path = self.folder / SUPER_INDEX.name
         write_atomic(path, json.dumps(index).encode("utf-8"))
         return path
+
+    def _discard(self) -> None:
+        """Every shard's file closed and its temporary removed (after a failure: what a
+        close or a removal says is not the error to tell)."""
+        for f in self._files:
+            with contextlib.suppress(OSError):
+                f.close()
+        for tmp in self._tmp:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> AlignmentWriter:
         return self
@@ -91,9 +125,7 @@ class AlignmentWriter:
         if exc_type is None:
             self.close()
         else:
-            for tmp, f in zip(self._tmp, self._files, strict=True):
-                f.close()
-                tmp.unlink(missing_ok=True)
+            self._discard()
 
 
 def pack_open_protein_set(pdb_dir: str | Path, duplicates_file: str | Path,
