@@ -174,9 +174,12 @@ def _fallback_records(log: Path, summary: Path, instance: int | None, epochs: in
     from sciperf.errors import SciperfError
     from sciperf.results.mllog import MLLogger
 
-    mll = MLLogger(log, mode="a", instance=instance)
-    mll.run_stop(False, epochs)
-    mll.close()
+    try:  # a log the disk refuses is said in the hang's line: rank 0 is ended all the same
+        mll = MLLogger(log, mode="a", instance=instance)
+        mll.run_stop(False, epochs)
+        mll.close()
+    except (OSError, SciperfError) as exc:
+        return f"no records written ({exc})"
     try:  # the summary rank 0 wrote last; garbled or gone, the fallback writes its own
         record = jsondata.loads(summary.read_text())
     except (OSError, UnicodeDecodeError, ValueError):

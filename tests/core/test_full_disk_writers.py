@@ -481,6 +481,21 @@ def test_the_hang_sentinel_s_summary_on_a_full_disk_is_said_in_its_line(disk, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result_0.txt", "summary.json"]
 
 
+def test_the_hang_sentinel_s_log_on_a_full_disk_is_said_in_its_line(disk, tmp_path):
+    """The sentinel's run_stop refused by the disk: what it returns for the hang's line
+    names the log in atomic.why's words instead of a traceback that would end the
+    sentinel before it ends rank 0; the log keeps its whole lines."""
+    from sciperf import heartbeat
+
+    log, summary = tmp_path / "result_0.txt", tmp_path / "summary.json"
+    log.write_text(":::MLLOG {}\n" * 4)
+    before = log.read_bytes()
+    with disk.at(len(before) + 10):
+        records = heartbeat._fallback_records(log, summary, None, 3)
+    assert records == f"no records written ({log}: {TOO_LARGE})"
+    assert log.read_bytes() == before and not summary.exists()
+
+
 def test_the_precision_cache_on_a_full_disk_is_skipped_and_leaves_no_part(disk, tmp_path):
     """The cache is only a cache: its write refused is no error, the earlier cache stays
     whole, and no `.part` temporary is left in its folder."""
