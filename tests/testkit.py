@@ -1,6 +1,7 @@
 """What many tests need, written once: the console script in a process of its own or in
-this one, the one-line error shape of docs/architecture.md rule 10, and readers of a run's
-records (the MLLOG, summary.json).
+this one, the one-line error shape of docs/architecture.md rule 10 (on the command line and
+as a raised SciperfError), readers of a run's records (the MLLOG, summary.json), and a
+result log written as the driver writes one.
 
 In-process (:func:`cli`) is how a refusal is tested: the verb's ``main(argv)``, its exit
 status and its lines, without the seconds a new interpreter spends importing the
@@ -18,9 +19,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 BIN = Path(sys.executable).parent
 SCIPERF = BIN / "sciperf"
@@ -85,6 +88,53 @@ def one_error_line(proc: subprocess.CompletedProcess, verb: str, code: int = 2) 
     assert len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith(f"sciperf {verb}: error: "), lines[0]
     return lines[0]
+
+
+def refused(call: Callable[..., object], *args: object, **kwargs: object) -> str:
+    """The message of the SciperfError `call(*args, **kwargs)` raises, asserted to be one
+    line: what the CLI prints after ``sciperf VERB: error:``, checked where it is raised
+    (a reader, a writer) without a command around it."""
+    from sciperf.errors import SciperfError
+
+    with pytest.raises(SciperfError) as err:
+        call(*args, **kwargs)
+    text = str(err.value)
+    assert "\n" not in text, text
+    return text
+
+
+def cosmoflow_log(path: Path, evals: Sequence[float] = (0.31, 0.18, 0.123),
+                  success: bool | None = None, stopped: bool = True) -> Path:
+    """A closed-division CosmoFlow result log in the driver's order (sciperf.run.driver):
+    the header, run_start, an epoch and its evaluation per value of `evals`, then run_stop
+    (success: whether an evaluation reached the target, unless given) — or, with
+    ``stopped=False``, no run_stop, as a run that died leaves it. The official checker
+    passes the default one; the tests of the checker's callers need no training for it."""
+    from sciperf.config import compose
+    from sciperf.results.mllog import MLLogger
+    from sciperf.workloads import get
+    from sciperf.workloads.cosmoflow import spec as cosmo
+
+    cfg = compose(["experiment=mini"])
+    log = MLLogger(path)
+    log.init_start()
+    log.submission(cosmo.NAME, cfg.system)
+    log.hyperparameters(cosmo.mllog_hyperparameters(cfg, int(cfg.data.train_samples),
+                                                    int(cfg.data.eval_samples)))
+    log.event("seed", int(cfg.seed))
+    log.end("init_stop")
+    log.start("run_start")
+    for num, metric in enumerate(evals, start=1):
+        log.start("epoch_start", metadata={"epoch_num": num})
+        log.end("epoch_stop", metadata={"epoch_num": num})
+        log.start("eval_start", metadata={"epoch_num": num})
+        log.end("eval_stop", metadata={"epoch_num": num})
+        log.event(cosmo.METRIC_KEY, metric, metadata={"epoch_num": num})
+    if stopped:
+        reached = any(get("cosmoflow").reached(m, cosmo.TARGET) for m in evals)
+        log.run_stop(reached if success is None else success, len(evals))
+    log.close()
+    return path
 
 
 def mllog(path: Path) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from sciperf import checkpoint
+from testkit import summary
 
 BASE = ["train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
         "train.global_batch_size=32", "train.target=0.0001", "train.save_weights=true",
@@ -44,10 +45,6 @@ def _sciperf_lines(proc: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
 
 
-def _summary(out: Path) -> dict:
-    return json.loads((out / "summary.json").read_text())
-
-
 def _records(out: Path) -> list[dict]:
     return [json.loads(ln[len(":::MLLOG "):])
             for ln in (out / "result_0.txt").read_text().splitlines()]
@@ -65,7 +62,7 @@ def uninterrupted(run_zoo) -> dict[str, Path]:
 
 
 def _assert_same_run(whole: Path, resumed: Path, epochs: int = 4) -> None:
-    a, b = _summary(whole)["history"], _summary(resumed)["history"]
+    a, b = summary(whole)["history"], summary(resumed)["history"]
     assert [h["epoch"] for h in b] == list(range(1, epochs + 1))
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose([y["loss"], y["metric"]], [x["loss"], x["metric"]],
@@ -93,9 +90,9 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         in second.stdout
     _assert_same_run(uninterrupted[framework], out)
     # honest records: one log, one run_start, every epoch once, division open
-    summary = _summary(out)
-    assert summary["division"] == "open" and summary["epochs"] == 4
-    assert [r["from_epoch"] for r in summary["resumed"]] == [2]
+    said = summary(out)
+    assert said["division"] == "open" and said["epochs"] == 4
+    assert [r["from_epoch"] for r in said["resumed"]] == [2]
     records = _records(out)
     assert sum(r["key"] == "run_start" for r in records) == 1
     assert [r["metadata"]["epoch_num"] for r in records if r["key"] == "epoch_start"] == \
@@ -178,9 +175,9 @@ def test_a_bad_state_file_is_one_line_and_never_runs(run_zoo, sciperf_cmd, tiny_
     # no run_stop, the summary said 0 epochs, no history, no run_start)
     records = _records(out)
     assert [r["metadata"]["status"] for r in records if r["key"] == "run_stop"] == ["aborted"]
-    summary = _summary(out)
-    assert (summary["status"], summary["epochs"], len(summary["history"])) == ("error", 1, 1)
-    assert summary["run_start_unix"] is not None
+    said = summary(out)
+    assert (said["status"], said["epochs"], len(said["history"])) == ("error", 1, 1)
+    assert said["run_start_unix"] is not None
 
 
 def _edit_driver(folder: Path, edit) -> None:
@@ -229,7 +226,7 @@ def test_a_finished_run_is_not_resumed(run_zoo, sciperf_cmd, tiny_mini_data,
     nothing and rewrote the records all the same."""
     reached = tmp_path / "reached"
     done = _train(sciperf_cmd, tiny_mini_data, reached, "pytorch", 3, "train.target=10")
-    assert done.returncode == 0 and _summary(reached)["status"] == "success", done.stderr
+    assert done.returncode == 0 and summary(reached)["status"] == "success", done.stderr
     log = (reached / "result_0.txt").read_bytes()
     again = _train(sciperf_cmd, tiny_mini_data, reached, "pytorch", 3, "train.target=10",
                    "train.resume=auto")
@@ -255,13 +252,13 @@ def test_a_run_that_died_before_its_first_checkpoint_is_started_anew(
     out = tmp_path / "run"
     _copy(run_zoo, out, "pytorch", 1)
     shutil.rmtree(checkpoint.folder(out))
-    summary = _summary(out)
-    summary["status"] = "running"  # what a SIGKILL'd run leaves
-    (out / "summary.json").write_text(json.dumps(summary))
+    said = summary(out)
+    said["status"] = "running"  # what a SIGKILL'd run leaves
+    (out / "summary.json").write_text(json.dumps(said))
     proc = _train(sciperf_cmd, tiny_mini_data, out, "pytorch", 2, "train.resume=auto")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "the earlier run (status running) ended before it; starting anew" in proc.stdout
-    assert (_summary(out)["status"], _summary(out)["epochs"]) == ("aborted", 2)
+    assert (summary(out)["status"], summary(out)["epochs"]) == ("aborted", 2)
 
 
 def test_keys_that_do_not_change_the_training_may_change_on_resume(
@@ -331,7 +328,7 @@ def test_a_stop_request_checkpoints_mid_epoch_and_the_resume_is_exact(
            f"output_dir={out}", "train.max_epochs=3", *small]
     stopped = _stop_in_epoch_2(cmd, stop_inside_epoch, sig)
     assert stopped.returncode == 75, stopped.stderr[-2000:]
-    assert _summary(out)["status"] == "checkpointed"
+    assert summary(out)["status"] == "checkpointed"
     inside = sorted(checkpoint.folder(out).glob("epoch_0001_step_*"))
     assert len(inside) == 1, list(checkpoint.folder(out).iterdir())
     progress = json.loads((inside[0] / "driver.json").read_text())["epoch_progress"]
@@ -357,7 +354,7 @@ def test_sigusr1_without_checkpoints_is_said_and_ignored(sciperf_cmd, tiny_mini_
     ran = _stop_in_epoch_2(cmd, stop_inside_epoch, signal.SIGUSR1)
     assert ran.returncode == 1, ran.stderr[-2000:]  # all epochs, target out of reach
     assert "SIGUSR1 ignored: this run writes no checkpoints" in ran.stderr
-    assert (_summary(out)["status"], _summary(out)["epochs"]) == ("aborted", 3)
+    assert (summary(out)["status"], summary(out)["epochs"]) == ("aborted", 3)
 
 
 def test_sigterm_waits_for_a_checkpoint_only_where_the_launcher_leaves_time(monkeypatch):
@@ -390,7 +387,7 @@ def test_sigterm_without_grace_ends_at_once_with_the_records(sciperf_cmd, tiny_m
     stopped = _stop_in_epoch_2(cmd, stop_inside_epoch, signal.SIGTERM)
     assert stopped.returncode == 143, stopped.stderr[-2000:]
     assert any("terminated by SIGTERM" in ln for ln in _sciperf_lines(stopped)), stopped.stderr
-    assert _summary(out)["status"] == "error"
+    assert summary(out)["status"] == "error"
     assert [r["metadata"]["status"] for r in _records(out) if r["key"] == "run_stop"] == \
         ["aborted"]
     assert [p.name for p in checkpoint.folder(out).iterdir()] == ["epoch_0001"]

@@ -10,11 +10,9 @@ one line naming the key."""
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +25,8 @@ from sciperf.distributed import RankInfo  # noqa: E402
 from sciperf.weights import load_npz  # noqa: E402
 from sciperf_pytorch.collectives import Comm  # noqa: E402
 from sciperf_pytorch.syncbn import GroupBatchNorm2d, convert_batchnorm  # noqa: E402
+from testkit import events, sciperf, summary  # noqa: E402
 
-BIN = Path(sys.executable).parent
 LOCAL = 2  # samples per rank
 STEPS = 2  # training steps before the eval forward (running statistics move twice)
 
@@ -275,17 +273,6 @@ SMALL = ["workload=deepcam", "experiment=mini", "model.height=32", "model.width=
          "data.eval_samples=4", "framework.threads=1"]
 
 
-def sciperf(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "sciperf"), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-def mllog(path: Path) -> dict:
-    return {e["key"]: e["value"] for e in
-            (json.loads(ln[len(":::MLLOG "):]) for ln in path.read_text().splitlines()
-             if ln.startswith(":::MLLOG"))}
-
-
 @pytest.fixture(scope="module")
 def data8(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("syncbn-data")
@@ -313,8 +300,8 @@ def test_cli_trains_deepcam_with_a_group_of_two(data8, tmp_path):
         assert w0.keys() == w1.keys()
         for key in w0:
             assert (w0[key] == w1[key]).all(), key
-        assert mllog(out / "result_0.txt")["batchnorm_group_size"] == size
-        assert json.loads((out / "summary.json").read_text())["epochs"] == 1
+        assert events(out / "result_0.txt", "batchnorm_group_size")[-1]["value"] == size
+        assert summary(out)["epochs"] == 1
         runs[size] = w0
     variances = [k for k in runs[1] if k.endswith("moving_variance")]
     assert variances and any(not np.allclose(runs[1][k], runs[2][k], rtol=1e-4, atol=0)

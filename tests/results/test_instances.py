@@ -19,6 +19,7 @@ import pytest
 
 from sciperf.results.check import check_log
 from sciperf.results.throughput import throughput
+from testkit import events, summary
 
 pytest.importorskip("torch")
 
@@ -39,32 +40,26 @@ def _launch(data: Path, out: Path, nprocs: int, *extra: str) -> subprocess.Compl
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-def _events(log: Path, key: str) -> list[dict]:
-    lines = [json.loads(ln[len(":::MLLOG"):]) for ln in log.read_text().splitlines()
-             if ln.startswith(":::MLLOG")]
-    return [e for e in lines if e["key"] == key]
-
-
 def test_two_instances_of_one_rank_train_independently(data, tmp_path):
     out = tmp_path / "out"
     proc = _launch(data, out, 2, "instances=2")
     assert proc.returncode == 0, proc.stderr[-3000:]  # a missed target is a scored outcome
     logs = [out / "result_0.txt", out / "result_1.txt"]
-    summaries = [json.loads((out / f"summary_{i}.json").read_text()) for i in range(2)]
+    summaries = [summary(out, f"summary_{i}.json") for i in range(2)]
     assert not (out / "summary.json").exists()
-    for i, (log, summary) in enumerate(zip(logs, summaries, strict=True)):
-        events = [e for e in (json.loads(ln[len(":::MLLOG"):])
-                              for ln in log.read_text().splitlines()) if e]
-        assert {e["metadata"].get("instance") for e in events} == {i}
-        assert _events(log, "seed")[0]["value"] == i  # seed + instance
-        assert (summary["instance"], summary["world_size"], summary["seed"]) == (i, 1, i)
+    for i, (log, said) in enumerate(zip(logs, summaries, strict=True)):
+        records = [e for e in (json.loads(ln[len(":::MLLOG"):])
+                               for ln in log.read_text().splitlines()) if e]
+        assert {e["metadata"].get("instance") for e in records} == {i}
+        assert events(log, "seed")[0]["value"] == i  # seed + instance
+        assert (said["instance"], said["world_size"], said["seed"]) == (i, 1, i)
         assert [p for p in check_log(log).problems if "eval_error" not in p] == []
     # different seeds → different trajectories (really independent trainings)
     assert summaries[0]["history"][0]["loss"] != summaries[1]["history"][0]["loss"]
     # the two ran concurrently: each began (init_start) before the other stopped. Not
     # run_start: a 2-epoch mini trains for ~0.6 s, less than the two processes' import
     # times can differ by on a slow, loaded CPU (0.67 s seen: those spans did not meet)
-    spans = [(_events(log, "init_start")[0]["time_ms"], _events(log, "run_stop")[0]["time_ms"])
+    spans = [(events(log, "init_start")[0]["time_ms"], events(log, "run_stop")[0]["time_ms"])
              for log in logs]
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
     score = throughput(logs)  # 2 epochs miss the target: no converged instance to score
@@ -81,9 +76,9 @@ def test_two_instances_of_two_ranks_each_use_their_own_ddp_group(data, tmp_path)
     proc = _launch(data, out, 4, "instances=2", "train.save_weights=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for i in range(2):
-        summary = json.loads((out / f"summary_{i}.json").read_text())
-        assert (summary["instance"], summary["world_size"]) == (i, 2)
-        assert len(_events(out / f"result_{i}.txt", "run_start")) == 1
+        said = summary(out, f"summary_{i}.json")
+        assert (said["instance"], said["world_size"]) == (i, 2)
+        assert len(events(out / f"result_{i}.txt", "run_start")) == 1
     for i in range(2):  # the ranks of each instance hold identical replicas
         w = [np.load(out / f"weights_instance{i}_rank{r}.npz") for r in range(2)]
         for name in w[0].files:
@@ -113,7 +108,7 @@ def test_horovod_instances_get_their_own_mpi_communicators(data, tmp_path):
                           capture_output=True, text=True, timeout=600, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for i in range(2):
-        assert json.loads((out / f"summary_{i}.json").read_text())["world_size"] == 2
+        assert summary(out, f"summary_{i}.json")["world_size"] == 2
         w = [np.load(out / f"weights_instance{i}_rank{r}.npz") for r in range(2)]
         for name in w[0].files:
             np.testing.assert_array_equal(w[0][name], w[1][name], err_msg=name)

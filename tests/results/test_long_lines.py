@@ -17,42 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from sciperf.config import compose
 from sciperf.results import check
 from sciperf.results.logs import MAX_RECORD_BYTES, TOKEN, parse_log
-from sciperf.results.mllog import MLLogger
 from sciperf.workloads.cosmoflow import spec as cosmo
-from testkit import cli, one_error_line
+from testkit import cli, cosmoflow_log, one_error_line
 
 KEY = "submission_platform"  # a free-text value of every log: where a long string lands
 NV_COSMOFLOW = "v3.0/NVIDIA/results/eos_n64_ngc23.09_pytorch/strong/cosmoflow"
 NV_SYSTEM = "v3.0/NVIDIA/systems/eos_n64_ngc23.09_pytorch.json"
 
 
-def _sciperf_log(path: Path) -> Path:
-    """A compliant closed CosmoFlow log, written as the driver writes one (sciperf.run.driver)."""
-    cfg = compose(["experiment=mini"])
-    log = MLLogger(path)
-    log.init_start()
-    log.submission(cosmo.NAME, cfg.system)
-    log.hyperparameters(cosmo.mllog_hyperparameters(cfg, int(cfg.data.train_samples),
-                                                    int(cfg.data.eval_samples)))
-    log.event("seed", int(cfg.seed))
-    log.end("init_stop")
-    log.start("run_start")
-    for num, metric in enumerate([0.31, 0.18, 0.123], start=1):
-        for key, mark in (("epoch_start", log.start), ("epoch_stop", log.end),
-                          ("eval_start", log.start), ("eval_stop", log.end)):
-            mark(key, metadata={"epoch_num": num})
-        log.event(cosmo.METRIC_KEY, metric, metadata={"epoch_num": num})
-    log.run_stop(True, 3)
-    log.close()
-    return path
-
-
 @pytest.fixture(scope="module")
 def good_log(tmp_path_factory) -> Path:
-    return _sciperf_log(tmp_path_factory.mktemp("long_lines") / "result_0.txt")
+    return cosmoflow_log(tmp_path_factory.mktemp("long_lines") / "result_0.txt")
 
 
 def _stretch(source: Path, dest: Path, line_bytes: int) -> int:

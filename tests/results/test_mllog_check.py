@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from sciperf import cli
-from sciperf.config import compose
 from sciperf.errors import SciperfError
 from sciperf.results.check import Verdict, check_log
 from sciperf.results.mllog import RULESET, MLLogger
-from sciperf.workloads import get
-from sciperf.workloads.cosmoflow import spec as cosmo
+from testkit import cosmoflow_log
 
 HERE = str(Path(__file__).resolve())
 
@@ -145,31 +143,9 @@ def test_new_logger_never_writes_into_an_earlier_file(tmp_path: Path) -> None:
 
 # --- a complete run log, in the driver's order (sciperf.run.driver) ---------------------
 
-def _write_run(path: Path, evals: list[float], success: bool | None = None) -> Path:
-    cfg = compose(["experiment=mini"])
-    log = MLLogger(path)
-    log.init_start()
-    log.submission(cosmo.NAME, cfg.system)
-    log.hyperparameters(cosmo.mllog_hyperparameters(cfg, int(cfg.data.train_samples),
-                                                    int(cfg.data.eval_samples)))
-    log.event("seed", int(cfg.seed))
-    log.end("init_stop")
-    log.start("run_start")
-    for num, metric in enumerate(evals, start=1):
-        log.start("epoch_start", metadata={"epoch_num": num})
-        log.end("epoch_stop", metadata={"epoch_num": num})
-        log.start("eval_start", metadata={"epoch_num": num})
-        log.end("eval_stop", metadata={"epoch_num": num})
-        log.event(cosmo.METRIC_KEY, metric, metadata={"epoch_num": num})
-    reached = any(get("cosmoflow").reached(m, cosmo.TARGET) for m in evals)
-    log.run_stop(reached if success is None else success, len(evals))
-    log.close()
-    return path
-
-
 @pytest.fixture(scope="module")
 def good_log(tmp_path_factory) -> Path:
-    return _write_run(tmp_path_factory.mktemp("mllog") / "result_0.txt", [0.31, 0.18, 0.123])
+    return cosmoflow_log(tmp_path_factory.mktemp("mllog") / "result_0.txt", [0.31, 0.18, 0.123])
 
 
 def test_complete_log_passes(good_log: Path) -> None:
@@ -272,7 +248,7 @@ def test_a_name_the_rules_do_not_know_is_said_not_crashed_on(good_log: Path, tmp
 
 
 def test_target_never_reached_fails_closed_cosmoflow(tmp_path: Path) -> None:
-    log = _write_run(tmp_path / "result_0.txt", [0.4, 0.2, 0.125])
+    log = cosmoflow_log(tmp_path / "result_0.txt", [0.4, 0.2, 0.125])
     assert _records(log)[-1]["metadata"]["status"] == "aborted"
     verdict = check_log(log)
     assert not verdict.ok

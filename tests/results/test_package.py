@@ -18,17 +18,12 @@ import pytest
 from sciperf.errors import SciperfError
 from sciperf.results.package import SYSTEM_FIELDS, package
 from sciperf.results.score import score
+from testkit import sciperf
 
 pytest.importorskip("torch")
 
-BIN = Path(sys.executable).parent
 SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
          "train.max_epochs=2", "framework.threads=1"]
-
-
-def sciperf(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "sciperf"), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit import mllog
+
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
@@ -24,11 +26,6 @@ def sciperf(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"sciperf {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def mllog(path: Path) -> list[dict]:
-    lines = path.read_text().splitlines()
-    return [json.loads(ln[len(":::MLLOG "):]) for ln in lines if ln.startswith(":::MLLOG")]
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,6 @@ only the error paths run; everything else skips with the reason.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,8 @@ from sciperf.workloads import get
 from sciperf.workloads.deepcam import dali as dc_dali
 from sciperf.workloads.deepcam import data as dc
 from sciperf.workloads.deepcam import spec as spec
+from testkit import sciperf
 
-BIN = Path(sys.executable).parent
 H, W, C = 32, 48, 16
 N_TRAIN, N_EVAL, BATCH = 10, 7, 4
 SMALL = ["workload=deepcam", "experiment=mini", f"model.height={H}", f"model.width={W}",
@@ -39,12 +37,6 @@ SMALL = ["workload=deepcam", "experiment=mini", f"model.height={H}", f"model.wid
 NO_DALI = "nvidia-dali-cuda120 not installed (containers/install.sh --dali)"
 
 needs_dali = pytest.mark.skipif(not dali_spec.available(), reason=NO_DALI)
-
-
-def sciperf(*args: str) -> subprocess.CompletedProcess:
-    """The installed console command, as a user runs it."""
-    return subprocess.run([str(BIN / "sciperf"), *args], capture_output=True, text=True,
-                          check=False, timeout=600)
 
 
 def prepare(root: Path, fmt: str) -> Path:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit import mllog
+
 SCIPERF = [sys.executable, "-m", "sciperf.cli"]
 
 
@@ -19,11 +21,6 @@ def sciperf(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"sciperf {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def mllog(path: Path) -> list[dict]:
-    return [json.loads(ln[len(":::MLLOG "):]) for ln in path.read_text().splitlines()
-            if ln.startswith(":::MLLOG")]
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ is one line naming the file and the dataset, exit 2 on the command line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -16,6 +14,7 @@ import pytest
 
 from sciperf.errors import SciperfError
 from sciperf.workloads.deepcam import data as dc
+from testkit import cli, refused
 
 SHAPE = (4, 6, 16)  # tiny (H, W, C): the checks do not depend on the size
 HUGE = (200_000, 200_000, 16)
@@ -40,21 +39,14 @@ def _replace(path: Path, key: str, *, group: bool = False,
                               chunks=tuple(min(64, n) for n in shape))
 
 
-def _error(path: Path, shape: tuple[int, int, int] | None) -> str:
-    with pytest.raises(SciperfError) as err:
-        dc.read_raw(path, "hdf5", shape)
-    text = str(err.value)
-    assert "\n" not in text, text
-    return text
-
-
 @pytest.mark.parametrize("key", [dc.DATA_KEY, dc.LABEL_KEY])
 @pytest.mark.parametrize("shape", [None, SHAPE], ids=["no-model", "model"])
 def test_a_group_instead_of_a_dataset_names_file_and_dataset(tmp_path: Path, key: str,
                                                              shape: tuple | None) -> None:
     path = _sample(tmp_path)
     _replace(path, key, group=True)
-    assert _error(path, shape) == f"{path}: {key} is a group, not a dataset"
+    text = refused(dc.read_raw, path, "hdf5", shape)
+    assert text == f"{path}: {key} is a group, not a dataset"
 
 
 def test_a_huge_declared_sample_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -64,9 +56,10 @@ def test_a_huge_declared_sample_is_refused_before_it_is_read(tmp_path: Path) -> 
     _replace(path, dc.DATA_KEY, shape=HUGE)
     _replace(path, dc.LABEL_KEY, shape=HUGE[:2], dtype="u1")
     assert path.stat().st_size < 1 << 20  # declared, never stored
-    assert _error(path, SHAPE) == (f"{path}: sample shape {HUGE} does not match the model's "
-                                   f"input {SHAPE} (model.height/width/in_channels)")
-    text = _error(path, None)
+    text = refused(dc.read_raw, path, "hdf5", SHAPE)
+    assert text == (f"{path}: sample shape {HUGE} does not match the model's "
+                    f"input {SHAPE} (model.height/width/in_channels)")
+    text = refused(dc.read_raw, path, "hdf5", None)
     assert text.startswith(f"{path}: {dc.DATA_KEY} declares shape {HUGE} (2384.2 GiB"), text
     assert text.endswith("not a DeepCAM sample"), text
 
@@ -74,8 +67,9 @@ def test_a_huge_declared_sample_is_refused_before_it_is_read(tmp_path: Path) -> 
 def test_huge_data_beside_small_labels_does_not_fit(tmp_path: Path) -> None:
     path = _sample(tmp_path)
     _replace(path, dc.DATA_KEY, shape=HUGE)
-    assert _error(path, None) == (f"{path}: data {HUGE} and labels {SHAPE[:2]} do not fit "
-                                  "(expected (H, W, C) data and (H, W) labels)")
+    text = refused(dc.read_raw, path, "hdf5", None)
+    assert text == (f"{path}: data {HUGE} and labels {SHAPE[:2]} do not fit "
+                    "(expected (H, W, C) data and (H, W) labels)")
 
 
 def test_text_labels_are_refused_before_the_read(tmp_path: Path) -> None:
@@ -83,7 +77,8 @@ def test_text_labels_are_refused_before_the_read(tmp_path: Path) -> None:
     with h5py.File(path, "r+") as fh:
         del fh[dc.LABEL_KEY]
         fh.create_dataset(dc.LABEL_KEY, data=np.full(SHAPE[:2], b"a"))
-    assert _error(path, SHAPE) == f"{path}: labels must be classes 0..2, found dtype |S1"
+    text = refused(dc.read_raw, path, "hdf5", SHAPE)
+    assert text == f"{path}: labels must be classes 0..2, found dtype |S1"
 
 
 def test_a_sample_within_the_bound_is_still_read(tmp_path: Path) -> None:
@@ -130,9 +125,8 @@ def test_cli_convert_names_the_group_in_one_line(tmp_path: Path) -> None:
         _sample(tmp_path / split)
     victim = tmp_path / "train" / "s.h5"
     _replace(victim, dc.DATA_KEY, group=True)
-    proc = subprocess.run([sys.executable, "-m", "sciperf.cli", "prepare", "workload=deepcam",
-                           "experiment=mini", f"data.dir={tmp_path}", "data.source=convert"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = cli("prepare", "workload=deepcam", "experiment=mini", f"data.dir={tmp_path}",
+               "data.source=convert")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]

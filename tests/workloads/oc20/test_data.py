@@ -5,7 +5,9 @@ listing, every kind of bad input as one line naming the file (reader and CLI, ex
 the LMDB → npy converter (equal shards, nothing half-written on failure).
 
 Datasets are tiny (2×2×3 slabs, cutoff 4 Å, ≤ 12 neighbours, 5 structures per container
-so a split spans several containers) and generated once per module."""
+so a split spans several containers) and generated once per module. `sciperf prepare` runs
+through its main in this process (testkit.cli), except where two generator processes are
+what is tested."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from sciperf.data import pickles
 from sciperf.errors import SciperfError
 from sciperf.workloads.oc20 import data, graph, synthetic
 from sciperf.workloads.oc20.spec import ModelSpec
+from testkit import cli, sciperf
 
 CUTOFF = 4.0
 REQUEST = synthetic.GenerateRequest(
@@ -81,9 +84,9 @@ def _write_raw_lmdb(path: Path, values: list[bytes], length: bool = True) -> Non
     Path(f"{path}-lock").unlink(missing_ok=True)
 
 
-def _sciperf(sciperf_cmd: list[str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*sciperf_cmd, "prepare", "workload=oc20", *args],
-                          capture_output=True, text=True, timeout=120)
+def _prepare(*args: str) -> subprocess.CompletedProcess:
+    """`sciperf prepare workload=oc20 ARGS` in this process."""
+    return cli("prepare", "workload=oc20", *args)
 
 
 def _assert_cli_error(proc: subprocess.CompletedProcess, *names: str) -> None:
@@ -168,8 +171,7 @@ def _assert_matches_reference(s: dict[str, Any], ref: dict[str, Any]) -> None:
     assert (s["energy"], s["sid"], s["fid"]) == (ref["y"], ref["sid"], ref["fid"])
 
 
-def test_records_pickled_by_real_torch_are_read_exactly(independent, tmp_path: Path,
-                                                         sciperf_cmd: list[str]) -> None:
+def test_records_pickled_by_real_torch_are_read_exactly(independent, tmp_path: Path) -> None:
     """The reader decodes what the reference's own writer (torch + PyG) produces, and the
     converter carries every field, sid and fid included, into the npy shards."""
     root, expected = independent
@@ -180,7 +182,7 @@ def test_records_pickled_by_real_torch_are_read_exactly(independent, tmp_path: P
             assert s["pos"].dtype == np.float32 and s["edge_index"].dtype == np.int64
             _assert_matches_reference(s, ref)
     converted = Path(shutil.copytree(root, tmp_path / "converted"))
-    proc = _sciperf(sciperf_cmd, "data.source=convert", f"data.dir={converted}",
+    proc = _prepare("data.source=convert", f"data.dir={converted}",
                     f"model.cutoff={CUTOFF}")
     assert proc.returncode == 0, proc.stderr
     for split, refs in expected.items():
@@ -238,8 +240,7 @@ class _Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-def test_a_malicious_record_is_refused_and_nothing_runs(tmp_path: Path,
-                                                        sciperf_cmd: list[str]) -> None:
+def test_a_malicious_record_is_refused_and_nothing_runs(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     payload = pickle.dumps(_Payload(marker), protocol=-1)
     container = tmp_path / "data" / "train" / "data.0000.lmdb"
@@ -248,7 +249,7 @@ def test_a_malicious_record_is_refused_and_nothing_runs(tmp_path: Path,
     with pytest.raises(SciperfError) as exc:
         data.StructureReader("lmdb", CUTOFF)(container / "0")
     _assert_one_line(exc, f"{container} key 0: refused to unpickle", "system")
-    proc = _sciperf(sciperf_cmd, *EXISTING, "data.train_samples=1", "data.eval_samples=1",
+    proc = _prepare(*EXISTING, "data.train_samples=1", "data.eval_samples=1",
                     f"data.dir={tmp_path / 'data'}", "data.format=lmdb")
     _assert_cli_error(proc, f"{container} key 0", "refused")
     # the count is a pickle too
@@ -294,8 +295,7 @@ def _lmdb_values(root: Path) -> dict[tuple[str, bytes], bytes]:
     return out
 
 
-def test_generation_is_deterministic_across_worker_counts(dataset: Path, tmp_path: Path,
-                                                          sciperf_cmd: list[str]) -> None:
+def test_generation_is_deterministic_across_worker_counts(dataset: Path, tmp_path: Path) -> None:
     """Same seed: byte-identical shards and LMDB records, whether one process writes them
     or two (the CLI with data.prepare_workers=2); another seed: other structures."""
     again = tmp_path / "again"
@@ -304,14 +304,16 @@ def test_generation_is_deterministic_across_worker_counts(dataset: Path, tmp_pat
             "data.max_neighbours=12", "data.slab=[2,2,3]", "data.metals=[Cu,Pt]",
             "data.rattle=0.05", "data.adsorbate_probability=0.5",
             "data.structures_per_container=5", "data.prepare_workers=2"]
-    proc = _sciperf(sciperf_cmd, *args)
+    # a process of its own: with data.prepare_workers=2 the generator forks its workers,
+    # and a fork of this pytest worker (with its frameworks' threads) is not a user's prepare
+    proc = sciperf("prepare", "workload=oc20", *args, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert synthetic.dataset_complete(_request(again.resolve()))
     shards = _files(dataset, "*/shard.*/*.npy")
     assert len(shards) == 4 * len(data.SHARD_ARRAYS)
     assert _files(again, "*/shard.*/*.npy") == shards
     assert _lmdb_values(again) == _lmdb_values(dataset)
-    proc = _sciperf(sciperf_cmd, *args)  # complete and identical: not regenerated
+    proc = _prepare(*args)  # complete and identical: not regenerated
     assert proc.returncode == 0 and "dataset ready" in proc.stdout
     other = tmp_path / "other"
     synthetic.generate(_request(other, seed=4), workers=1, show_progress=False)
@@ -561,8 +563,7 @@ BAD = {  # case → (format, damage to train's first container, words of the err
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_bad_input_is_one_line_naming_the_file(copy: Path, case: str,
-                                               sciperf_cmd: list[str]) -> None:
+def test_bad_input_is_one_line_naming_the_file(copy: Path, case: str) -> None:
     """Reader (every structure of the split) and `sciperf prepare data.source=existing`."""
     fmt, damage, words = BAD[case]
     container = copy / "train" / data.CONTAINER[fmt].format(0)
@@ -570,24 +571,22 @@ def test_bad_input_is_one_line_naming_the_file(copy: Path, case: str,
     with pytest.raises(SciperfError) as exc:
         _read_split(copy, "train", fmt)
     _assert_one_line(exc, str(container), *words)
-    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", f"data.format={fmt}")
+    proc = _prepare(*EXISTING, f"data.dir={copy}", f"data.format={fmt}")
     _assert_cli_error(proc, str(container), *words)
     assert data.list_samples(copy, "validation", fmt)  # the other split is untouched
 
 
-def test_existing_data_with_too_few_structures_is_refused(dataset: Path,
-                                                          sciperf_cmd: list[str]) -> None:
-    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={dataset}", "data.format=npy",
+def test_existing_data_with_too_few_structures_is_refused(dataset: Path) -> None:
+    proc = _prepare(*EXISTING, f"data.dir={dataset}", "data.format=npy",
                     "data.train_samples=13")
     _assert_cli_error(proc, str(dataset / "train"), "holds 12")
-    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={dataset}", "data.format=lmdb")
+    proc = _prepare(*EXISTING, f"data.dir={dataset}", "data.format=lmdb")
     assert proc.returncode == 0, proc.stderr
     assert "12 lmdb structures" in proc.stdout and "4 lmdb structures" in proc.stdout
 
 
 @pytest.mark.parametrize("which", ["last", "middle"])
-def test_existing_reads_every_structure_of_every_container(copy: Path, which: str,
-                                                           sciperf_cmd: list[str]) -> None:
+def test_existing_reads_every_structure_of_every_container(copy: Path, which: str) -> None:
     """A container damaged past its first record (a bad last record, a NaN in the middle)
     is found by `data.source=existing`, not during training (only the first and last
     structure of each container were read: a NaN in the middle passed, exit 0)."""
@@ -598,9 +597,9 @@ def test_existing_reads_every_structure_of_every_container(copy: Path, which: st
     structures[at]["force"] = structures[at]["force"].copy()
     structures[at]["force"][0, 0] = np.nan
     data.write_lmdb(last, structures)
-    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=lmdb")
+    proc = _prepare(*EXISTING, f"data.dir={copy}", "data.format=lmdb")
     _assert_cli_error(proc, f"{last} key {at}", "force holds NaN")
-    proc = _sciperf(sciperf_cmd, *EXISTING, f"data.dir={copy}", "data.format=npy")
+    proc = _prepare(*EXISTING, f"data.dir={copy}", "data.format=npy")
     assert proc.returncode == 0, proc.stderr
     assert "12 npy structures (every structure read and checked)" in proc.stdout
 
@@ -634,9 +633,9 @@ def _lmdb_only(root: Path) -> dict[str, bytes]:
     return shards
 
 
-def test_convert_recreates_the_shards(copy: Path, sciperf_cmd: list[str]) -> None:
+def test_convert_recreates_the_shards(copy: Path) -> None:
     shards = _lmdb_only(copy)
-    proc = _sciperf(sciperf_cmd, "data.source=convert", f"data.dir={copy}",
+    proc = _prepare("data.source=convert", f"data.dir={copy}",
                     f"model.cutoff={CUTOFF}")
     assert proc.returncode == 0, proc.stderr
     assert "converted 16 structures in 4 LMDB files" in proc.stdout
@@ -644,29 +643,27 @@ def test_convert_recreates_the_shards(copy: Path, sciperf_cmd: list[str]) -> Non
     assert not list(copy.glob("*/.*"))
 
 
-def test_convert_removes_shards_left_from_an_earlier_conversion(copy: Path,
-                                                                 sciperf_cmd: list[str]) -> None:
+def test_convert_removes_shards_left_from_an_earlier_conversion(copy: Path) -> None:
     """An older, larger conversion left shard.0007: a run would train on it."""
     _lmdb_only(copy)
     stale = copy / "train" / "shard.0007"
     stale.mkdir()
     (stale / "natoms.npy").write_bytes(b"old")
-    proc = _sciperf(sciperf_cmd, "data.source=convert", f"data.dir={copy}",
+    proc = _prepare("data.source=convert", f"data.dir={copy}",
                     f"model.cutoff={CUTOFF}")
     assert proc.returncode == 0, proc.stderr
     assert f"removed {stale}: no train/data.0007.lmdb" in proc.stdout
     assert not stale.exists() and len(data.list_samples(copy, "train", "npy")) == 12
 
 
-def test_convert_failing_midway_leaves_nothing_half_written(copy: Path,
-                                                            sciperf_cmd: list[str]) -> None:
+def test_convert_failing_midway_leaves_nothing_half_written(copy: Path) -> None:
     _lmdb_only(copy)
     second = copy / "train" / "data.0001.lmdb"
     structures = _structures(copy, second)
     structures[2]["pos"] = structures[2]["pos"].copy()
     structures[2]["pos"][3, 1] = np.nan
     data.write_lmdb(second, structures)
-    proc = _sciperf(sciperf_cmd, "data.source=convert", f"data.dir={copy}",
+    proc = _prepare("data.source=convert", f"data.dir={copy}",
                     f"model.cutoff={CUTOFF}")
     _assert_cli_error(proc, f"{second} key 2", "pos holds NaN")
     assert sorted(p.name for p in (copy / "train").iterdir()) == \

@@ -22,6 +22,7 @@ from sciperf.results.mllog import MLLogger
 from sciperf.weights import load_npz
 from sciperf.workloads import get
 from sciperf.workloads.oc20 import spec
+from testkit import mllog
 
 BIN = Path(sys.executable).parent
 SMALL = ["workload=oc20", "experiment=mini", "data.train_samples=8", "data.eval_samples=3",
@@ -38,11 +39,6 @@ def sciperf(*args: str, check: bool = True, env: dict | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"sciperf {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def mllog(path: Path) -> list[dict]:
-    return [json.loads(ln[len(":::MLLOG "):]) for ln in path.read_text().splitlines()
-            if ln.startswith(":::MLLOG")]
 
 
 @pytest.fixture(scope="module")

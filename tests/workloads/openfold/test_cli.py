@@ -13,9 +13,11 @@ stays absent). A good reference-format checkpoint trains: its SHA-256 is the MLL
 ``init_checkpoint_sha256sum``, its weights and its Adam moments are the ones the first step
 starts from.
 
-One synthetic dataset per module (16 + 2 chains; another with template hits), copied per
-test before damage; runs take one step of one chain and evaluate one chain (1 recycling
-iteration, no gradient checkpointing), so most cases end at setup or the first step.
+One synthetic dataset per session (16 + 2 chains, runzoo.prepared; another with template
+hits), copied per test before damage; runs take one step of one chain and evaluate one
+chain (1 recycling iteration, no gradient checkpointing), so most cases end at setup or the
+first step. A refusal runs the verb's main in this process (testkit.cli); the runs that
+train to a checkpoint have a process of their own.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import os
 import pickle
 import shutil
 import subprocess
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from sciperf.errors import SciperfError
 from sciperf.workloads import get
 from sciperf.workloads.openfold import data, layout
 from sciperf.workloads.openfold import spec as of_spec
+from testkit import cli, mllog, one_error_line, sciperf, summary
 
 FMT = "processed"
 TRAIN_CHAINS, EVAL_CHAINS = 16, 2
@@ -48,8 +52,16 @@ RUN = ("workload=openfold", "experiment=mini", "data.train_samples=1", "data.eva
        "model.num_recycling_iters=1", "train.checkpointing=false", "framework.threads=1")
 EXISTING = ("workload=openfold", "experiment=mini", "data.source=existing",
             f"data.train_samples={TRAIN_CHAINS}", f"data.eval_samples={EVAL_CHAINS}")
-# the datasets here need no pre-trained starting checkpoint (making one costs minutes)
-NO_PRETRAIN = ("data.pretrain_epochs=0",)
+# the datasets here need no pre-trained starting checkpoint (making one costs minutes); the
+# words of tests/workloads/openfold/test_fault_tables.py's set, so the session makes it once
+DATASET = ("workload=openfold", "experiment=mini", f"data.train_samples={TRAIN_CHAINS}",
+           f"data.eval_samples={EVAL_CHAINS}", "data.pretrain_epochs=0")
+# the interpreter's warning filters with no -W and no PYTHONWARNINGS: what the console script
+# shows a user (pytest records warnings instead of printing them)
+SHOWN_BY_DEFAULT = (("default", DeprecationWarning, "__main__"),
+                    ("ignore", DeprecationWarning, ""),
+                    ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                    ("ignore", ResourceWarning, ""))
 
 
 # ------------------------------------------------------------------ running the command
@@ -76,87 +88,110 @@ def _env_without(program: str, scratch: Path) -> dict[str, str]:
     return env
 
 
-def _sciperf(cmd: list[str], *args: str, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess:
-    if env is None:
-        env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300,
-                          check=False, env=env)
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`sciperf ARGS` through its main in this process (testkit.cli), the Python warnings
+    it raised put first on its stderr as the console script prints them: a refused train
+    says its one line and nothing else, no warnings either."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        for action, category, module in SHOWN_BY_DEFAULT:
+            warnings.filterwarnings(action, category=category, module=module, append=True)
+        proc = cli(*args, env=env)
+    proc.stderr = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno,
+                                                 w.line) for w in caught) + proc.stderr
+    return proc
 
 
-def _train(cmd: list[str], root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
+@pytest.fixture(autouse=True)
+def _torch_threads_kept() -> Iterator[None]:
+    """A run in this process sets torch's intra-op threads (framework.threads=1) for the
+    whole pytest worker: they are put back for the tests after it."""
+    try:
+        import torch
+    except ImportError:  # a TensorFlow-only install: no OpenFold run gets that far
+        yield
+        return
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _train_args(root: Path, out: Path, extra: tuple[str, ...],
+                checkpoint: str | Path) -> tuple[str, ...]:
+    return ("train", *RUN, f"data.dir={root}", f"output_dir={out}",
+            f"train.init_checkpoint={checkpoint}", *extra)
+
+
+def _train(root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return _sciperf(cmd, "train", *RUN, f"data.dir={root}", f"output_dir={out}",
-                    f"train.init_checkpoint={checkpoint}", *extra, env=env)
+    """A one-step `sciperf train` that a bad input ends, in this process."""
+    return _cli(*_train_args(root, out, extra, checkpoint), env=env)
 
 
-def _existing(cmd: list[str], root: Path, env: dict[str, str] | None = None
-              ) -> subprocess.CompletedProcess:
-    return _sciperf(cmd, "prepare", *EXISTING, f"data.dir={root}", env=env)
+def _trained(root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The same run in a process of its own: one that trains, with its threads and
+    allocator its own."""
+    return sciperf(*_train_args(root, out, extra, checkpoint), env=env, timeout=300)
+
+
+def _existing(root: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return _cli("prepare", *EXISTING, f"data.dir={root}", env=env)
 
 
 def _one_line(proc: subprocess.CompletedProcess, verb: str, *words: str) -> str:
-    """Exit 2 and one `sciperf <verb>: error:` line naming every one of `words`, last on
-    stderr (prepare's progress lines may precede it), no traceback."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    ours = [ln for ln in lines if ln.startswith("sciperf ")]
-    assert ours == lines[-1:] and "Traceback" not in proc.stderr, proc.stderr
+    """Exit 2 and one `sciperf <verb>: error:` line naming every one of `words`, no
+    traceback: train's is its only line on stderr (no warnings either); prepare's is the
+    last, after any progress lines."""
     if verb == "train":
-        assert len(lines) == 1, proc.stderr  # no warnings either
-    line = ours[0]
-    assert line.startswith(f"sciperf {verb}: error: "), line
+        line = one_error_line(proc, verb)
+    else:
+        assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:],
+                                      proc.stderr[-3000:])
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        ours = [ln for ln in lines if ln.startswith("sciperf ")]
+        assert ours == lines[-1:] and "Traceback" not in proc.stderr, proc.stderr
+        line = ours[0]
+        assert line.startswith(f"sciperf {verb}: error: "), line
     for word in words:
         assert word in line, (word, line)
     return line
-
-
-def _mllog(out: Path) -> list[dict[str, Any]]:
-    text = (out / "result_0.txt").read_text()
-    return [json.loads(ln[len(":::MLLOG "):]) for ln in text.splitlines()
-            if ln.startswith(":::MLLOG ")]
 
 
 def _refused(out: Path, *, started: bool) -> None:
     """The records of a run a user's mistake ended: summary.json says error, no epoch
     finished, no checkpoint; before run_start the log has neither run_start nor run_stop,
     after it the last record is run_stop aborted."""
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "error" and summary["epochs"] == 0, summary["status"]
-    keys = [e["key"] for e in _mllog(out)]
+    said = summary(out)
+    assert said["status"] == "error" and said["epochs"] == 0, said["status"]
+    records = mllog(out / "result_0.txt")
+    keys = [e["key"] for e in records]
     if started:
-        last = _mllog(out)[-1]
+        last = records[-1]
         assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", last
         assert "run_start" in keys and "eval_accuracy" not in keys
     else:
         assert "run_start" not in keys and "run_stop" not in keys, keys
-        assert summary["run_start_unix"] is None
+        assert said["run_start_unix"] is None
     assert not (out / "checkpoints").exists()
 
 
 # ------------------------------------------------------------------ datasets
 
-def _prepare(cmd: list[str], root: Path, *extra: str) -> Path:
-    proc = _sciperf(cmd, "prepare", "workload=openfold", "experiment=mini", f"data.dir={root}",
-                    f"data.train_samples={TRAIN_CHAINS}", f"data.eval_samples={EVAL_CHAINS}",
-                    *NO_PRETRAIN, *extra)
-    assert proc.returncode == 0, proc.stderr
-    return root
+@pytest.fixture(scope="module")
+def dataset(shared_tmp: Path) -> Path:
+    """The session's synthetic set (never damaged: tests copy it). Generated by the console
+    script: its generator forks worker processes."""
+    from runzoo import prepared
+    return prepared(shared_tmp, *DATASET)
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory, sciperf_cmd: list[str]) -> Path:
-    """The module's synthetic set (never damaged: tests copy it)."""
-    return _prepare(sciperf_cmd, tmp_path_factory.mktemp("openfold-cli") / "data")
-
-
-@pytest.fixture(scope="module")
-def template_dataset(tmp_path_factory: pytest.TempPathFactory, sciperf_cmd: list[str]
-                     ) -> Path:
+def template_dataset(shared_tmp: Path) -> Path:
     """The same with hhr hits to earlier training chains (found in their entries as they
     are: no realignment needed)."""
-    return _prepare(sciperf_cmd, tmp_path_factory.mktemp("openfold-cli-templates") / "data",
-                    "data.templates=true")
+    from runzoo import prepared
+    return prepared(shared_tmp, *DATASET, "data.templates=true")
 
 
 @pytest.fixture
@@ -337,27 +372,30 @@ BAD_DATA: dict[str, tuple[Callable[[Path, str, Path], list[str]], bool]] = {
 
 @pytest.mark.parametrize("case", sorted(BAD_DATA))
 def test_bad_data_is_one_line_in_train_and_in_prepare_existing(
-        sciperf_cmd: list[str], copy: Path, tmp_path: Path, case: str) -> None:
+        copy: Path, tmp_path: Path, case: str) -> None:
     damage, mid_run = BAD_DATA[case]
     words = damage(copy, _first(copy, "train"), tmp_path)  # listed before the damage
     out = tmp_path / "out"
-    _one_line(_train(sciperf_cmd, copy, out), "train", *words)
+    _one_line(_train(copy, out), "train", *words)
     if mid_run:
         _refused(out, started=True)
     else:  # refused before the claim: the corrected run may use the same output_dir
         assert not out.exists() or output.run_records(out) == []
-    _one_line(_existing(sciperf_cmd, copy), "prepare", *words)
+    _one_line(_existing(copy), "prepare", *words)
     assert not (tmp_path / "pwned").exists()  # the malicious pickle ran nothing
 
 
-def test_prepare_existing_parses_every_chain_not_only_the_first(sciperf_cmd: list[str],
-                                                                 copy: Path) -> None:
+def test_prepare_existing_parses_every_chain_not_only_the_first(copy: Path,
+                                                                 tmp_path: Path) -> None:
     """Training may draw any chain: a malformed a3m deep in the split is found by the
-    verification, not when a run draws it."""
+    verification, not when a run draws it. The damage goes to a second copy: a process
+    reads a dataset's tables once (sciperf.workloads.openfold.data), and this one has read
+    the first copy's."""
     chains = [p.name for p in data.list_samples(copy, "train", FMT, TRAIN_CHAINS)]
-    assert _existing(sciperf_cmd, copy).returncode == 0
-    words = _ragged_a3m(copy, chains[-1], copy)
-    _one_line(_existing(sciperf_cmd, copy), "prepare", *words)
+    assert _existing(copy).returncode == 0
+    damaged = Path(shutil.copytree(copy, tmp_path / "damaged"))
+    words = _ragged_a3m(damaged, chains[-1], damaged)
+    _one_line(_existing(damaged), "prepare", *words)
 
 
 # ------------------------------------------------------------------ kalign
@@ -393,16 +431,15 @@ def realign(template_dataset: Path, tmp_path: Path) -> tuple[Path, str]:
     return root, chain
 
 
-def test_hits_found_in_their_entry_need_no_kalign(sciperf_cmd: list[str],
-                                                  template_dataset: Path, tmp_path: Path,
+def test_hits_found_in_their_entry_need_no_kalign(template_dataset: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The synthetic hits are exact pieces of their template chains: a run without kalign
     trains, and the validation chain's hit is a template all the same."""
     env = _env_without("kalign", tmp_path)
     out = tmp_path / "out"
-    proc = _train(sciperf_cmd, template_dataset, out, env=env)
+    proc = _trained(template_dataset, out, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # trained (target not expected)
-    assert json.loads((out / "summary.json").read_text())["epochs"] == 1
+    assert summary(out)["epochs"] == 1
     monkeypatch.setenv("PATH", env["PATH"])
     reader = data.model_reader(template_dataset, FMT, _mini_spec())
     features, _ = reader(data.sample_path(template_dataset, _first(template_dataset,
@@ -411,14 +448,14 @@ def test_hits_found_in_their_entry_need_no_kalign(sciperf_cmd: list[str],
 
 
 def test_kalign_missing_is_one_line_when_a_hit_needs_realigning(
-        sciperf_cmd: list[str], realign: tuple[Path, str], tmp_path: Path) -> None:
+        realign: tuple[Path, str], tmp_path: Path) -> None:
     root, _ = realign
     env = _env_without("kalign", tmp_path)
     out = tmp_path / "out"
     words = ("kalign not found on PATH", "apt-get install kalign")
-    _one_line(_train(sciperf_cmd, root, out, env=env), "train", *words)
+    _one_line(_train(root, out, env=env), "train", *words)
     _refused(out, started=True)  # validation met the hit
-    _one_line(_existing(sciperf_cmd, root, env=env), "prepare", *words)
+    _one_line(_existing(root, env=env), "prepare", *words)
 
 
 def test_a_hit_realigned_by_kalign_becomes_a_template(realign: tuple[Path, str],
@@ -505,13 +542,14 @@ def _state_after_one_step(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _trained_from(proc: subprocess.CompletedProcess, out: Path, checkpoint: Path) -> None:
     """The run trained its epoch and logged the file's SHA-256 (once)."""
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    assert json.loads((out / "summary.json").read_text())["epochs"] == 1
-    logged = [e["value"] for e in _mllog(out) if e["key"] == "init_checkpoint_sha256sum"]
+    assert summary(out)["epochs"] == 1
+    logged = [e["value"] for e in mllog(out / "result_0.txt")
+              if e["key"] == "init_checkpoint_sha256sum"]
     assert logged == [hashlib.sha256(checkpoint.read_bytes()).hexdigest()]
 
 
 def test_a_reference_checkpoint_gives_the_first_step_its_weights_and_moments(
-        sciperf_cmd: list[str], dataset: Path, tmp_path: Path,
+        dataset: Path, tmp_path: Path,
         reference_state: tuple[dict[str, Any], dict[str, Any]]) -> None:
     """Weights and Adam moments both come from the file: every parameter moves by exactly
     the step the file's moments make (a fresh Adam moves each by ~lr·sign(gradient)), and
@@ -519,7 +557,7 @@ def test_a_reference_checkpoint_gives_the_first_step_its_weights_and_moments(
     weights, optimizer = reference_state
     checkpoint = _save(tmp_path / "resumable.pt", _resumable(weights, optimizer))
     out = tmp_path / "out"
-    proc = _train(sciperf_cmd, dataset, out, "train.checkpoint_every=1", checkpoint=checkpoint)
+    proc = _trained(dataset, out, "train.checkpoint_every=1", checkpoint=checkpoint)
     _trained_from(proc, out, checkpoint)
     after, adam = _state_after_one_step(out)
     move = _expected_move(of_spec.BASE_LR)
@@ -531,12 +569,12 @@ def test_a_reference_checkpoint_gives_the_first_step_its_weights_and_moments(
 
 
 def test_a_bare_state_dict_loads_the_weights_with_a_fresh_adam(
-        sciperf_cmd: list[str], dataset: Path, tmp_path: Path,
+        dataset: Path, tmp_path: Path,
         reference_state: tuple[dict[str, Any], dict[str, Any]]) -> None:
     weights, _ = reference_state
     checkpoint = _save(tmp_path / "bare.pt", weights)
     out = tmp_path / "out"
-    proc = _train(sciperf_cmd, dataset, out, "train.checkpoint_every=1", checkpoint=checkpoint)
+    proc = _trained(dataset, out, "train.checkpoint_every=1", checkpoint=checkpoint)
     _trained_from(proc, out, checkpoint)
     after, adam = _state_after_one_step(out)
     for name, tensor in weights.items():  # Adam's first step moves a weight by <= lr
@@ -630,7 +668,7 @@ BAD_CHECKPOINTS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
 def test_a_bad_checkpoint_is_one_line_and_nothing_runs(
-        sciperf_cmd: list[str], dataset: Path, tmp_path: Path, case: str,
+        dataset: Path, tmp_path: Path, case: str,
         reference_state: tuple[dict[str, Any], dict[str, Any]]) -> None:
     content, words = BAD_CHECKPOINTS[case](*reference_state, tmp_path)
     path = tmp_path / "init.pt"
@@ -639,17 +677,16 @@ def test_a_bad_checkpoint_is_one_line_and_nothing_runs(
     else:
         _save(path, content)
     out = tmp_path / "out"
-    _one_line(_train(sciperf_cmd, dataset, out, checkpoint=path), "train",
+    _one_line(_train(dataset, out, checkpoint=path), "train",
               f"train.init_checkpoint={path}: ", *words)
     _refused(out, started=False)
     assert not (tmp_path / "pwned").exists()
 
 
-def test_a_missing_checkpoint_is_one_line(sciperf_cmd: list[str], dataset: Path,
-                                          tmp_path: Path) -> None:
+def test_a_missing_checkpoint_is_one_line(dataset: Path, tmp_path: Path) -> None:
     path = tmp_path / "nowhere.pt"
     out = tmp_path / "out"
-    _one_line(_train(sciperf_cmd, dataset, out, checkpoint=path), "train",
+    _one_line(_train(dataset, out, checkpoint=path), "train",
               f"train.init_checkpoint={path}", "no such file")
     assert not out.exists()  # refused before the records are claimed
 

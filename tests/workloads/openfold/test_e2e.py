@@ -32,6 +32,7 @@ from sciperf.results.mllog import MLLogger
 from sciperf.workloads import get
 from sciperf.workloads.openfold import data, spec
 from sciperf.workloads.openfold.sizes import ModelSpec
+from testkit import mllog
 
 torch = pytest.importorskip("torch")
 
@@ -68,11 +69,6 @@ def sciperf(*args: str, check: bool = True, prefix: list[str] | None = None,
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n"
                              f"{proc.stderr[-3000:]}")
     return proc
-
-
-def mllog(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(ln[len(":::MLLOG "):]) for ln in path.read_text().splitlines()
-            if ln.startswith(":::MLLOG")]
 
 
 def keys(path: Path) -> list[str]:
