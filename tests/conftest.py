@@ -85,6 +85,14 @@ def tiny_mini_data(shared_tmp) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cosmoflow_mini_data(shared_tmp) -> Path:
+    """The whole CosmoFlow mini set (1536 + 128 universes), prepared once per session for
+    every end-to-end run to target, in either framework (read only)."""
+    from runzoo import prepared
+    return prepared(shared_tmp, "workload=cosmoflow", "experiment=mini")
+
+
+@pytest.fixture(scope="session")
 def run_zoo(shared_tmp, tiny_mini_data):
     """Runs on `tiny_mini_data`, each trained once per session (tests/runzoo.py)."""
     from runzoo import RunZoo

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit import mllog
+from runzoo import ZooRun
+from testkit import cli, events, mllog, summary
 
 pytest.importorskip("torch")
 
@@ -28,11 +29,15 @@ def sciperf(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
+# A finished 2-epoch run on the session's 64 + 32 universes, short of the target: the
+# run_zoo's, shared with the package and full-disk tests (the same words, seed 0 and 1).
+SHORT = ("train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+         "train.max_epochs=2", "framework.threads=1")
+
+
 @pytest.fixture(scope="module")
-def mini_data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cosmoflow-mini")
-    sciperf("prepare", "workload=cosmoflow", "experiment=mini", f"data.dir={root}")
-    return root
+def mini_data(cosmoflow_mini_data) -> Path:
+    return cosmoflow_mini_data
 
 
 def test_make_run_equivalent_reaches_target_and_passes_checker(tmp_path):
@@ -83,30 +88,30 @@ def test_mini_run_reaches_target_in_the_precision_auto_did_not_pick(mini_data, t
     assert sciperf("check", str(out / "result_0.txt")).stdout.startswith("PASS")
 
 
-def test_unmet_target_is_logged_aborted_and_fails(mini_data, tmp_path):
-    out = tmp_path / "short"
-    proc = sciperf("train", "experiment=mini", "train.max_epochs=1", f"data.dir={mini_data}",
-                   f"output_dir={out}", check=False)
-    assert proc.returncode == 1
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "aborted" and not summary["target_reached"]
-    stop = [e for e in mllog(out / "result_0.txt") if e["key"] == "run_stop"]
+def test_unmet_target_is_logged_aborted_and_fails(run_zoo):
+    short = run_zoo.run(*SHORT, "seed=0")
+    out = short.out
+    assert short.returncode == 1
+    said = summary(out)
+    assert said["status"] == "aborted" and not said["target_reached"]
+    stop = events(out / "result_0.txt", "run_stop")
     assert stop[0]["metadata"]["status"] == "aborted"
-    verdict = sciperf("check", str(out / "result_0.txt"), check=False)
+    verdict = cli("check", str(out / "result_0.txt"))
     assert verdict.returncode == 1 and "eval_error" in verdict.stdout
 
 
-def _losses(data: Path, out: Path, seed: int) -> list[float]:
-    sciperf("train", "experiment=mini", "precision=fp32", "train.max_epochs=2",
-            "data.train_samples=64", f"seed={seed}", f"data.dir={data}", f"output_dir={out}",
+def _losses(run: ZooRun) -> list[float]:
+    return [h["loss"] for h in summary(run.out)["history"]]
+
+
+def test_same_seed_same_losses(run_zoo, tiny_mini_data, tmp_path):
+    """The same words train the same losses in a process of their own; another seed does
+    not. Two of the three runs are the session's (run_zoo), the third is this test's."""
+    a = _losses(run_zoo.run(*SHORT, "seed=0"))
+    sciperf(*SHORT, "seed=0", f"data.dir={tiny_mini_data}", f"output_dir={tmp_path / 'b'}",
             check=False)
-    return [h["loss"] for h in json.loads((out / "summary.json").read_text())["history"]]
-
-
-def test_same_seed_same_losses(mini_data, tmp_path):
-    a = _losses(mini_data, tmp_path / "a", 7)
-    b = _losses(mini_data, tmp_path / "b", 7)
-    c = _losses(mini_data, tmp_path / "c", 8)
+    b = [h["loss"] for h in summary(tmp_path / "b")["history"]]
+    c = _losses(run_zoo.run(*SHORT, "seed=1"))
     assert len(a) == 2 and a == b
     assert a != c
 
@@ -124,10 +129,10 @@ def test_reference_tfrecord_format_trains(tmp_path):
     assert summary["samples_per_s"] > 0
 
 
-def test_corrupt_sample_is_one_clear_line(mini_data, tmp_path):
+def test_corrupt_sample_is_one_clear_line(tmp_path):
     data = tmp_path / "bad"
-    sciperf("prepare", "experiment=mini", "data.train_samples=16", "data.eval_samples=16",
-            f"data.dir={data}")
+    assert cli("prepare", "experiment=mini", "data.train_samples=16", "data.eval_samples=16",
+               f"data.dir={data}").returncode == 0
     victim = sorted((data / "train").glob("*.data.npy"))[3]
     victim.write_bytes(victim.read_bytes()[:1000])  # truncated
     proc = sciperf("train", "experiment=mini", "data.train_samples=16", "data.eval_samples=16",

@@ -353,9 +353,11 @@ def test_threads_are_set_before_tensorflow_starts():
 
 # --- end to end through the CLI ------------------------------------------------------------
 @pytest.mark.slow
-def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path, bf16_cpu):
-    """`sciperf prepare` + `sciperf train framework=tensorflow experiment=mini` + check."""
-    data, out = tmp_path / "data", tmp_path / "out"
+def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path, bf16_cpu,
+                                                       cosmoflow_mini_data):
+    """`sciperf train framework=tensorflow experiment=mini` + check, on the session's mini
+    set (`sciperf prepare`, once for both frameworks' runs to target)."""
+    data, out = cosmoflow_mini_data, tmp_path / "out"
     common = ["workload=cosmoflow", "framework=tensorflow", "experiment=mini",
               "precision=bf16", f"data.dir={data}", f"output_dir={out}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -364,8 +366,6 @@ def test_cli_mini_run_reaches_target_and_passes_checker(tmp_path, bf16_cpu):
         return subprocess.run([sys.executable, "-m", "sciperf.cli", *args], capture_output=True,
                               text=True, timeout=timeout, env=env, cwd=tmp_path)
 
-    prep = sciperf("prepare", *common, timeout=600)
-    assert prep.returncode == 0, prep.stderr[-2000:]
     run = sciperf("train", *common, timeout=1500)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     summary = json.loads((out / "summary.json").read_text())
