@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import resource
 import shutil
 import signal
@@ -459,6 +460,30 @@ def test_kalign_s_folder_on_a_full_temporary_disk_is_one_line(kalign, tmp_path, 
             templates.kalign_align(PAIR, kalign)
         assert str(err.value) == f"{full}: {NO_SPACE}"
         assert _files(full) == {}
+
+
+def test_kalign_s_output_on_a_full_temporary_disk_is_one_line(kalign, tmp_path, monkeypatch):
+    """Room for the input but not the output: kalign exits 0 with an empty output.fasta,
+    which is the disk's failure, said in one line, not a hit dropped as unalignable."""
+    from sciperf.workloads.openfold import templates
+
+    with _tmpfs(tmp_path / "tmp", "size=16k") as full:
+        filler = full / "filler"
+        with contextlib.suppress(OSError), filler.open("wb") as fh:
+            while True:  # every block but one: the input's
+                fh.write(b"\0" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+                if os.statvfs(full).f_bavail <= 1:
+                    break
+        monkeypatch.setattr(tempfile, "tempdir", str(full))
+        with pytest.raises(SciperfError) as err:
+            templates.kalign_align(PAIR, kalign)
+        message = str(err.value)
+        assert message.startswith(f"{full}/sciperf-kalign-"), message
+        assert message.endswith("/output.fasta: cannot be written (No space left on device; "
+                                "is the disk full?)"), message
+        assert sorted(_files(full)) == ["filler"]
 
 
 # --- the hang sentinel and the precision cache ------------------------------------------------

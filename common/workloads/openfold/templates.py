@@ -37,6 +37,7 @@ its sequence, a letter outside the HHblits code) is a :class:`SciperfError`.
 from __future__ import annotations
 
 import datetime
+import os
 import random
 import re
 import shutil
@@ -397,14 +398,27 @@ def require_kalign(executable: str = "kalign") -> str:
     return program
 
 
+def _refuse_if_full(folder: Path, target: Path) -> None:
+    """An unusable kalign output on a disk with no block or inode left is the disk's
+    failure, not the hit's: kalign exits 0 with an empty or cut output when its write is
+    refused, and the hit must not be dropped for it."""
+    try:
+        room = os.statvfs(folder)
+    except OSError:
+        return
+    if room.f_bavail == 0 or room.f_favail == 0:
+        raise SciperfError(f"{target}: cannot be written (No space left on device; is the "
+                           "disk full?)")
+
+
 def kalign_align(sequences: Sequence[str], executable: str = "kalign",
                  timeout: float = KALIGN_TIMEOUT_S) -> list[str]:
     """The sequences aligned by the external ``kalign`` (gapped rows, input order).
 
     Runs ``kalign -i in.fasta -o out.fasta -format fasta`` in a private temporary folder (as
     the reference does). A missing program is a :class:`SciperfError` naming the install
-    command, and so is a temporary folder or input file the disk refuses (one line in
-    :mod:`sciperf.data.atomic`'s words: the folder goes, and a hit is never dropped for
+    command, and so is a temporary folder, input or output file the disk refuses (one line
+    in :mod:`sciperf.data.atomic`'s words: the folder goes, and a hit is never dropped for
     it); a failed, timed-out or unreadable run, or a sequence shorter than
     :data:`KALIGN_MIN_LENGTH`, raises :class:`KalignError`.
     """
@@ -427,16 +441,25 @@ def kalign_align(sequences: Sequence[str], executable: str = "kalign",
                                   check=False)
         except subprocess.TimeoutExpired:
             raise KalignError(f"kalign took over {timeout} s") from None
-        if done.returncode != 0 or not target.is_file():
-            raise KalignError(f"kalign exited with {done.returncode}")
         try:
-            aligned = parse_a3m(target.read_text(), "kalign output")
-        except SciperfError as err:
-            raise KalignError(str(err)) from None
+            return _kalign_rows(done.returncode, target, len(sequences))
+        except KalignError:
+            _refuse_if_full(Path(folder), target)
+            raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kalign_rows(returncode: int, target: Path, count: int) -> list[str]:
+    """The aligned rows of kalign's output, in input order (:class:`KalignError`: none)."""
+    if returncode != 0 or not target.is_file():
+        raise KalignError(f"kalign exited with {returncode}")
+    try:
+        aligned = parse_a3m(target.read_text(), "kalign output")
+    except SciperfError as err:
+        raise KalignError(str(err)) from None
     rows = dict(zip(aligned.descriptions, aligned.sequences, strict=True))
     try:
-        return [rows[f"sequence {i}"] for i in range(1, len(sequences) + 1)]
+        return [rows[f"sequence {i}"] for i in range(1, count + 1)]
     except KeyError:
         raise KalignError("kalign output lacks an input sequence") from None
