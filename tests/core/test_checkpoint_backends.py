@@ -1,6 +1,9 @@
 """Every workload's backend in both frameworks round-trips its state (issue 13): a fresh
 backend that loads a checkpoint holds the same weights and takes the same next epoch as
-the one that wrote it (CosmoFlow's end-to-end resume is in test_checkpoint.py)."""
+the one that wrote it (CosmoFlow's end-to-end resume is in test_checkpoint.py).
+
+A workload's synthetic timing set is generated once per module and read by both
+frameworks' tests: it is input only, never written by a backend."""
 
 from __future__ import annotations
 
@@ -35,13 +38,21 @@ def _backend(framework: str, name: str, root: Path):
     return backend, w, cfg
 
 
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    """Where the bench datasets are generated (each re-used once complete): one per
+    module, so the second framework of a workload finds its set made."""
+    return tmp_path_factory.mktemp("bench-data")
+
+
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 @pytest.mark.parametrize("name", WORKLOADS)
-def test_state_round_trips(tmp_path: Path, name: str, framework: str) -> None:
+def test_state_round_trips(data_root: Path, tmp_path: Path, name: str,
+                           framework: str) -> None:
     pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
     if name not in implemented(framework):
         pytest.skip(f"{framework} does not implement {name} yet")
-    root = tmp_path / "data"
+    root = data_root
     a, w, cfg = _backend(framework, name, root)
     a.train_epoch(0, w.lr_for_epoch(cfg, 0))
     path = checkpoint.write(tmp_path / "out", 1, a, {"epochs": 1, "history": []}, None, 2)

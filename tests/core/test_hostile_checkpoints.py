@@ -6,15 +6,17 @@ type (torch accepts ``momentum="x"`` and fails at the first step), a TensorFlow
 OpenFold's ``train.init_checkpoint``, whose loss zeroes NaN terms (as the reference's
 does), so NaN weights would otherwise train to a loss of 0.0000.
 
-One tiny CosmoFlow run per framework through the real command, copied per case; the
-OpenFold cases load into a mini AlphaFold in-process (a CLI run of it takes minutes)."""
+The CosmoFlow cases copy the session's checkpointed runs of test_checkpoint.py (the same
+words, tests/runzoo.py: no training of their own), tamper with the newest checkpoint and
+resume it through the CLI in process (`testkit.cli`): the refusal comes before any epoch,
+so a new interpreter would only add its start-up. Which run is tampered with (its epochs)
+does not matter, only that its state file is refused. The OpenFold cases load into a mini
+AlphaFold in-process (a CLI run of it takes minutes)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 import subprocess
 import warnings
 import zipfile
@@ -27,53 +29,44 @@ import pytest
 
 from sciperf import checkpoint
 from sciperf.errors import SciperfError
+from testkit import cli
 
-RUN = ["train", "experiment=mini", "data.train_samples=32", "data.eval_samples=16",
-       "train.global_batch_size=16", "train.checkpoint_every=1", "framework.threads=1"]
+# test_checkpoint.py's BASE: its 1-epoch PyTorch run and its uninterrupted 4-epoch
+# TensorFlow run, both with a checkpoint per epoch
+BASE = ("train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+        "train.global_batch_size=32", "train.target=0.0001", "train.save_weights=true",
+        "train.checkpoint_every=1")
+EPOCHS = {"pytorch": 1, "tensorflow": 4}
 STATE = {"pytorch": "state.pt", "tensorflow": "state.npz"}
 
 
-def _train(cmd: list[str], data: Path, out: Path, framework: str, epochs: int,
-           *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
-    return subprocess.run([*cmd, *RUN, f"framework={framework}", f"data.dir={data}",
-                           f"output_dir={out}", f"train.max_epochs={epochs}", *extra],
-                          capture_output=True, text=True, timeout=600, check=False, env=env)
+def _words(framework: str, epochs: int) -> tuple[str, ...]:
+    return (*BASE, f"framework={framework}", f"train.max_epochs={epochs}")
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, sciperf_cmd, tiny_mini_data) -> Callable[[str], Path]:
-    """The output folder of one 1-epoch run per framework (made on first use)."""
-    runs: dict[str, Path] = {}
-
-    def get(framework: str) -> Path:
-        if framework not in runs:
-            out = tmp_path_factory.mktemp(f"once-{framework}") / "run"
-            proc = _train(sciperf_cmd, tiny_mini_data, out, framework, 1)
-            assert proc.returncode in (0, 1), proc.stderr[-2000:]
-            runs[framework] = out
-        return runs[framework]
-    return get
-
-
-def _tamper_and_resume(cmd: list[str], data: Path, source: Path, tmp: Path, framework: str,
+def _tamper_and_resume(run_zoo, data: Path, tmp: Path, framework: str,
                        edit: Callable[[Path], None]) -> tuple[subprocess.CompletedProcess,
                                                               Path, Path]:
-    """A copy of `source` whose state file `edit` changed, the manifest updated to match
-    (as the audit's attacker did), resumed to epoch 2."""
-    out = Path(shutil.copytree(source, tmp / "run"))
-    folder = checkpoint.folder(out) / "epoch_0001"
+    """A copy of the session's run whose newest state file `edit` changed, the manifest
+    updated to match (as the audit's attacker did), resumed for one more epoch."""
+    epochs = EPOCHS[framework]
+    out = run_zoo.copy(tmp / "run", *_words(framework, epochs)).out
+    folder = checkpoint.folder(out) / f"epoch_{epochs:04d}"
     state = folder / STATE[framework]
     edit(state)
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     manifest["files"][state.name] = {"bytes": state.stat().st_size,
                                      "sha256": checkpoint._sha256(state)}
     (folder / "MANIFEST.json").write_text(json.dumps(manifest))
-    return _train(cmd, data, out, framework, 2, "train.resume=auto"), out, state
+    proc = cli(*_words(framework, epochs + 1), "train.resume=auto", f"data.dir={data}",
+               f"output_dir={out}")
+    return proc, out, state
 
 
-def _assert_refused(proc: subprocess.CompletedProcess, out: Path, *words: str) -> None:
-    """Exit 2, one sciperf line holding `words`, no traceback, no epoch trained."""
+def _assert_refused(proc: subprocess.CompletedProcess, out: Path, epochs: int,
+                    *words: str) -> None:
+    """Exit 2, one sciperf line holding `words`, no traceback, no epoch trained beyond the
+    run's `epochs`."""
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
@@ -81,7 +74,8 @@ def _assert_refused(proc: subprocess.CompletedProcess, out: Path, *words: str) -
     for word in words:
         assert word in lines[0], lines[0]
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["status"], summary["epochs"], len(summary["history"])) == ("error", 1, 1)
+    assert (summary["status"], summary["epochs"], len(summary["history"])) == \
+        ("error", epochs, epochs)
 
 
 # ------------------------------------------------------------------ PyTorch resume
@@ -119,16 +113,15 @@ TORCH_CASES = {"momentum-text": _momentum_text, "nan-weight": _nan_weight,
 
 
 @pytest.mark.parametrize("case", sorted(TORCH_CASES))
-def test_a_tampered_pytorch_state_is_one_line(sciperf_cmd, tiny_mini_data, trained,
-                                              tmp_path: Path, case: str) -> None:
+def test_a_tampered_pytorch_state_is_one_line(run_zoo, tiny_mini_data, tmp_path: Path,
+                                              case: str) -> None:
     pytest.importorskip("torch")
     said: list[str] = []
 
     def edit(path: Path) -> None:
         said.extend(_torch_edit(TORCH_CASES[case])(path))
-    proc, out, state = _tamper_and_resume(sciperf_cmd, tiny_mini_data, trained("pytorch"),
-                                          tmp_path, "pytorch", edit)
-    _assert_refused(proc, out, f"{state}: ", *said)
+    proc, out, state = _tamper_and_resume(run_zoo, tiny_mini_data, tmp_path, "pytorch", edit)
+    _assert_refused(proc, out, EPOCHS["pytorch"], f"{state}: ", *said)
 
 
 # ------------------------------------------------------------------ TensorFlow resume
@@ -166,13 +159,13 @@ TF_CASES = {"three-counters": (_npz_edit(_three_counters), "counters is int64 of
 
 
 @pytest.mark.parametrize("case", sorted(TF_CASES))
-def test_a_tampered_tensorflow_state_is_one_line(sciperf_cmd, tiny_mini_data, trained,
-                                                 tmp_path: Path, case: str) -> None:
+def test_a_tampered_tensorflow_state_is_one_line(run_zoo, tiny_mini_data, tmp_path: Path,
+                                                 case: str) -> None:
     pytest.importorskip("tensorflow")
     edit, words = TF_CASES[case]
-    proc, out, state = _tamper_and_resume(sciperf_cmd, tiny_mini_data, trained("tensorflow"),
-                                          tmp_path, "tensorflow", edit)
-    _assert_refused(proc, out, f"{state}: unreadable checkpoint (", words)
+    proc, out, state = _tamper_and_resume(run_zoo, tiny_mini_data, tmp_path, "tensorflow",
+                                          edit)
+    _assert_refused(proc, out, EPOCHS["tensorflow"], f"{state}: unreadable checkpoint (", words)
 
 
 # ------------------------------------------------------------------ OpenFold init checkpoint

@@ -1,6 +1,11 @@
-"""A run's output directory, through the real console script: an earlier run is never
+"""A run's output directory, through the real command line: an earlier run is never
 replaced silently, stale records of a larger run never stay beside a new one, unusable
-paths are one line, and a diverging run stops with valid records (issue 13)."""
+paths are one line, and a diverging run stops with valid records (issue 13).
+
+The CLI runs in process (`testkit.cli`) wherever the process's own exit is not what is
+tested: a refusal costs milliseconds there and seconds as a new interpreter. The earlier
+run a second one must not touch is the session's run (tests/runzoo.py); only the run killed
+by SIGKILL keeps processes of its own."""
 
 from __future__ import annotations
 
@@ -14,15 +19,20 @@ import pytest
 from sciperf import output
 from sciperf.distributed import RankInfo
 from sciperf.run.summary import records_line
+from testkit import cli
 
 TRAIN = ["train", "experiment=mini", "data.train_samples=64", "data.eval_samples=32",
          "train.max_epochs=1", "train.global_batch_size=32"]
+# the session's finished 2-epoch run without checkpoints (test_full_disk's and
+# test_package's words: one training for all three)
+SMALL = ("experiment=mini", "data.train_samples=64", "data.eval_samples=32",
+         "train.max_epochs=2", "framework.threads=1", "seed=0")
 
 
-def _train(cmd: list[str], data: Path, out: Path | str, *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SCIPERF_DEBUG"}
-    return subprocess.run([*cmd, *TRAIN, f"data.dir={data}", f"output_dir={out}", *extra],
-                          capture_output=True, text=True, timeout=300, check=False, env=env)
+def _train(data: Path, out: Path | str, *extra: str) -> subprocess.CompletedProcess:
+    """`sciperf train` in this process: what these tests assert is the run's exit status,
+    its one line and its records, not how a process of its own ends."""
+    return cli(*TRAIN, f"data.dir={data}", f"output_dir={out}", *extra)
 
 
 def _one_line(proc: subprocess.CompletedProcess, *words: str) -> None:
@@ -41,22 +51,24 @@ def _strict_json(path: Path) -> dict:
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
-def test_a_second_run_is_refused_and_the_first_kept(sciperf_cmd, tiny_mini_data,
+def test_a_second_run_is_refused_and_the_first_kept(run_zoo, tiny_mini_data,
                                                      tmp_path: Path) -> None:
+    """The first run is a copy of the session's: which run holds the folder (its size, its
+    words) does not matter, only that the refused second one leaves every byte of it."""
     out = tmp_path / "run"
-    first = _train(sciperf_cmd, tiny_mini_data, out)
+    first = run_zoo.copy(out, "train", *SMALL)
     assert first.returncode in (0, 1), first.stderr
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {"result_0.txt", "summary.json"} <= set(before)
     # even a run that would fail at once on a user error must not touch the first (a
     # missing weights file is found by the backend's setup, after the claim)
-    again = _train(sciperf_cmd, tiny_mini_data, out, f"train.init_weights={tmp_path}/no.npz")
+    again = _train(tiny_mini_data, out, f"train.init_weights={tmp_path}/no.npz")
     _one_line(again, f"output_dir={out}", "already holds a run", "result_0.txt",
               "train.overwrite=true")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_overwrite_replaces_the_run_and_its_stale_instances(sciperf_cmd, tiny_mini_data,
+def test_overwrite_replaces_the_run_and_its_stale_instances(tiny_mini_data,
                                                            tmp_path: Path) -> None:
     """An earlier 2-instance throughput run left result_1.txt / summary_1.json: check and
     score would count a second instance that this run never had. The job's own files
@@ -66,7 +78,7 @@ def test_overwrite_replaces_the_run_and_its_stale_instances(sciperf_cmd, tiny_mi
     for name in ("result_0.txt", "result_1.txt", "summary_0.json", "summary_1.json",
                  "weights_instance1_rank0.npz", "slurm-7.out", "job.sbatch"):
         (out / name).write_text("old")
-    proc = _train(sciperf_cmd, tiny_mini_data, out, "train.overwrite=true")
+    proc = _train(tiny_mini_data, out, "train.overwrite=true")
     assert proc.returncode in (0, 1), proc.stderr
     assert sorted(p.name for p in out.iterdir()) == \
         ["job.sbatch", "result_0.txt", "slurm-7.out", "summary.json"]
@@ -79,13 +91,13 @@ def test_overwrite_replaces_the_run_and_its_stale_instances(sciperf_cmd, tiny_mi
     ("below-a-file", ("cannot be created", "is a file, not a directory")),
     ("proc", ("cannot be written",)),
 ])
-def test_unusable_output_dirs_are_one_line(sciperf_cmd, tiny_mini_data, tmp_path: Path,
+def test_unusable_output_dirs_are_one_line(tiny_mini_data, tmp_path: Path,
                                            case: str, words: tuple[str, ...]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("keep")
     out = {"file": blocker, "below-a-file": blocker / "run",
            "proc": Path("/proc/sciperf-run")}[case]
-    _one_line(_train(sciperf_cmd, tiny_mini_data, out), f"output_dir={out}", *words)
+    _one_line(_train(tiny_mini_data, out), f"output_dir={out}", *words)
     assert blocker.read_text() == "keep"
 
 
@@ -94,28 +106,27 @@ def test_unusable_output_dirs_are_one_line(sciperf_cmd, tiny_mini_data, tmp_path
     (("train.global_batch_size=24",), ("data.train_samples=64 must be a positive multiple",)),
 ])
 def test_a_dataset_the_run_cannot_use_is_refused_before_any_record(
-        sciperf_cmd, tiny_mini_data, tmp_path: Path, extra: tuple[str, ...],
+        tiny_mini_data, tmp_path: Path, extra: tuple[str, ...],
         words: tuple[str, ...]) -> None:
     """A short dataset or a batch its shards cannot hold is a refusal, like a bad override:
     one line and no records — so the corrected run may use the same output_dir without
     train.overwrite=true (docs/architecture.md, rule 10)."""
     out = tmp_path / "run"
-    _one_line(_train(sciperf_cmd, tiny_mini_data, out, *extra), *words)
+    _one_line(_train(tiny_mini_data, out, *extra), *words)
     assert not out.exists() or output.run_records(out) == []
-    proc = _train(sciperf_cmd, tiny_mini_data, out)
+    proc = _train(tiny_mini_data, out)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     assert _strict_json(out / "summary.json")["epochs"] == 1
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_a_diverging_run_stops_at_the_first_nonfinite_loss(sciperf_cmd, tiny_mini_data,
-                                                           tmp_path: Path,
+def test_a_diverging_run_stops_at_the_first_nonfinite_loss(tiny_mini_data, tmp_path: Path,
                                                            framework: str) -> None:
     """Not `loss nan` for every epoch: one line naming the epoch, run_stop aborted, and a
     summary.json that strict JSON readers accept."""
     pytest.importorskip("torch" if framework == "pytorch" else "tensorflow")
     out = tmp_path / "run"
-    proc = _train(sciperf_cmd, tiny_mini_data, out, f"framework={framework}",
+    proc = _train(tiny_mini_data, out, f"framework={framework}",
                   "train.max_epochs=5", "opt.base_lr=1e25")
     _one_line(proc, "training loss is nan in epoch 1", "stopped")
     summary = _strict_json(out / "summary.json")
