@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,21 +63,52 @@ def _kept_process_state(cwd: Path | None, env: Mapping[str, str] | None) -> Iter
             signal.signal(sig, handler)
 
 
+# the interpreter's warning filters with no -W and no PYTHONWARNINGS: what the console script
+# shows a user (pytest records warnings instead of printing them)
+SHOWN_BY_DEFAULT = (("default", DeprecationWarning, "__main__"),
+                    ("ignore", DeprecationWarning, ""),
+                    ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                    ("ignore", ResourceWarning, ""))
+
+
+@contextlib.contextmanager
+def _torch_threads_kept() -> Iterator[None]:
+    """torch's intra-op threads as they were: a run sets them (framework.threads) for the
+    whole process, here the pytest worker that runs the tests after it."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        yield
+    finally:
+        torch = sys.modules.get("torch")
+        if torch is not None and threads is not None:
+            torch.set_num_threads(threads)
+
+
 def cli(*args: str, cwd: Path | None = None,
         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """``sciperf ARGS`` through ``sciperf.cli.main`` in this process: its exit status and
-    what it printed (Python-level stdout/stderr), as :func:`sciperf` returns them."""
+    what it printed (Python-level stdout/stderr), as :func:`sciperf` returns them — the
+    Python warnings it raised first on its stderr, as the console script prints them, so
+    "one line and nothing else" holds in process as for the command a user runs. The
+    working folder, environment, signal handlers and torch's thread count are put back."""
     from sciperf import cli as cli_module
 
     out, err = io.StringIO(), io.StringIO()
-    with _kept_process_state(cwd, env), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with _kept_process_state(cwd, env), _torch_threads_kept(), \
+            warnings.catch_warnings(record=True) as caught, \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.resetwarnings()
+        for action, category, module in SHOWN_BY_DEFAULT:
+            warnings.filterwarnings(action, category=category, module=module, append=True)
         try:
             code = cli_module.main(list(args))
         except SystemExit as exc:  # argparse's refusals
             code = exc.code if isinstance(exc.code, int) else 2
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
+                    for w in caught)
     return subprocess.CompletedProcess(["sciperf", *args], code, out.getvalue(),
-                                       err.getvalue())
+                                       shown + err.getvalue())
 
 
 def one_error_line(proc: subprocess.CompletedProcess, verb: str, code: int = 2) -> str:

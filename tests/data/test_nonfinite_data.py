@@ -5,13 +5,15 @@ writer (npy save, the TFRecord codec, h5py), then: the reader raises SciperfErro
 the file, and the real CLI (`prepare data.source=existing`, which reads every sample, and
 `train`) exits 2 with one `sciperf …` line naming it — never `loss nan` naming nothing.
 DeepCAM's stats.h5 is checked when read and refused when a computation would write NaN.
+
+Every command runs the verb's main in this process (testkit.cli), the datasets' prepare too:
+a refused `train` stops at the poisoned sample's first read, before its first step.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,8 +27,8 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.cosmoflow import data as cf
 from sciperf.workloads.cosmoflow import tfrecord as cf_codec
 from sciperf.workloads.deepcam import data as dc
+from testkit import cli
 
-SCIPERF = [str(Path(sys.executable).with_name("sciperf"))]
 CF_SIZE = 16
 CF_ARGS = ["experiment=mini", f"model.input_size={CF_SIZE}", "data.train_samples=16",
            "data.eval_samples=16"]
@@ -37,14 +39,9 @@ DC_SHAPE = (32, 48, 16)
 VICTIM = 1  # the poisoned train sample
 
 
-def _sciperf(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SCIPERF, *args], capture_output=True, text=True, check=False,
-                          timeout=600)
-
-
 def _one_line(proc: subprocess.CompletedProcess, verb: str, path: Path, what: str) -> str:
-    """Exit 2, exactly one `sciperf <verb>: error:` line (TensorFlow's C++ start-up lines
-    and progress lines may surround it), naming `path` and `what`; no traceback."""
+    """Exit 2, exactly one `sciperf <verb>: error:` line (progress lines may surround it),
+    naming `path` and `what`; no traceback."""
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sciperf ")]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith(f"sciperf {verb}: error: "), proc.stderr
@@ -55,7 +52,7 @@ def _one_line(proc: subprocess.CompletedProcess, verb: str, path: Path, what: st
 
 def _prepared(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path:
     root = tmp_path_factory.mktemp(name)
-    proc = _sciperf("prepare", *args, f"data.dir={root}")
+    proc = cli("prepare", *args, f"data.dir={root}")
     assert proc.returncode == 0, proc.stderr
     return root
 
@@ -132,15 +129,15 @@ def test_cosmoflow_reader_and_prepare_name_the_file(request, layout: str, poison
                        .replace(")", r"\)")) as err:
         cf.SampleReader(fmt, CF_SHAPE)(victim)
     assert str(err.value).startswith(f"{named}: ")
-    _one_line(_sciperf("prepare", *CF_ARGS, f"data.format={fmt}", "data.source=existing",
-                       f"data.dir={root}"), "prepare", named, CF_POISON[poison])
+    _one_line(cli("prepare", *CF_ARGS, f"data.format={fmt}", "data.source=existing",
+                  f"data.dir={root}"), "prepare", named, CF_POISON[poison])
 
 
 def test_cosmoflow_train_stops_naming_the_file(cf_npy: Path, tmp_path: Path) -> None:
     root = _copy(cf_npy, tmp_path)
     victim = _cf_npy_poison(cf.list_samples(root, "train", "npy")[VICTIM], "negative count")
-    proc = _sciperf("train", *CF_ARGS, "train.max_epochs=1", f"data.dir={root}",
-                    f"output_dir={tmp_path / 'out'}")
+    proc = cli("train", *CF_ARGS, "train.max_epochs=1", f"data.dir={root}",
+               f"output_dir={tmp_path / 'out'}")
     _one_line(proc, "train", victim, "counts hold negative values")
 
 
@@ -188,15 +185,15 @@ def test_deepcam_reader_and_prepare_name_the_file(request, fmt: str, poison: str
     with pytest.raises(SciperfError) as err:
         dc.make_reader(root, fmt, DC_SHAPE)(victim)
     assert str(err.value).startswith(f"{named}: ") and DC_POISON[poison] in str(err.value)
-    _one_line(_sciperf("prepare", *DC_ARGS, f"data.format={fmt}", "data.source=existing",
-                       f"data.dir={root}"), "prepare", named, DC_POISON[poison])
+    _one_line(cli("prepare", *DC_ARGS, f"data.format={fmt}", "data.source=existing",
+                  f"data.dir={root}"), "prepare", named, DC_POISON[poison])
 
 
 def test_deepcam_train_stops_naming_the_file(dc_npy: Path, tmp_path: Path) -> None:
     root = _copy(dc_npy, tmp_path)
     victim = _dc_npy_poison(dc.list_samples(root, "train", "npy")[VICTIM], "Inf data")
-    proc = _sciperf("train", *DC_ARGS, "train.max_epochs=1", f"data.dir={root}",
-                    f"output_dir={tmp_path / 'out'}")
+    proc = cli("train", *DC_ARGS, "train.max_epochs=1", f"data.dir={root}",
+               f"output_dir={tmp_path / 'out'}")
     _one_line(proc, "train", victim, "data holds NaN or Inf")
 
 
@@ -209,7 +206,7 @@ def test_nan_in_stats_is_one_line(dc_npy: Path, tmp_path: Path, key: str) -> Non
     with pytest.raises(SciperfError, match=f"{key} holds NaN \\(channel 3 UBOT\\)") as err:
         dc.make_reader(root, "npy", DC_SHAPE)
     assert str(err.value).startswith(f"{path}: ")
-    _one_line(_sciperf("prepare", *DC_ARGS, "data.source=existing", f"data.dir={root}"),
+    _one_line(cli("prepare", *DC_ARGS, "data.source=existing", f"data.dir={root}"),
               "prepare", path, f"{key} holds NaN")
 
 
@@ -218,7 +215,7 @@ def test_stats_over_poisoned_data_are_refused_and_not_written(dc_npy: Path,
     root = _copy(dc_npy, tmp_path)
     dc.stats_path(root).unlink()
     victim = _dc_npy_poison(dc.list_samples(root, "train", "npy")[VICTIM], "NaN data")
-    proc = _sciperf("prepare", *DC_ARGS, "data.source=stats", f"data.dir={root}")
+    proc = cli("prepare", *DC_ARGS, "data.source=stats", f"data.dir={root}")
     _one_line(proc, "prepare", victim, "data holds NaN or Inf")
     assert not list(root.glob("*stats*"))  # no stats.h5, no temporary left
 

@@ -6,7 +6,12 @@ running statistics and eval outputs — checked in float64 against plain ``nn.Ba
 in one process, for 2 ranks (G=2 and G=1), 4 ranks in two groups, and under bf16
 autocast. End to end: the CLI trains mini DeepCAM with G=2 on 2 ranks, replicas stay
 identical and the log says batchnorm_group_size 2; a G that does not divide the ranks is
-one line naming the key."""
+one line naming the key.
+
+The 2-rank runs (the training and the refusal each rank says) and the TensorFlow refusal
+(after TensorFlow fixed its thread pools) have processes of their own; PyTorch's refusals,
+met in the backend's checks before any step, run `sciperf train`'s main in this process
+(testkit.cli), the dataset's prepare too."""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from sciperf.distributed import RankInfo  # noqa: E402
 from sciperf.weights import load_npz  # noqa: E402
 from sciperf_pytorch.collectives import Comm  # noqa: E402
 from sciperf_pytorch.syncbn import GroupBatchNorm2d, convert_batchnorm  # noqa: E402
-from testkit import events, sciperf, summary  # noqa: E402
+from testkit import cli, events, sciperf, summary  # noqa: E402
 
 LOCAL = 2  # samples per rank
 STEPS = 2  # training steps before the eval forward (running statistics move twice)
@@ -276,7 +281,7 @@ SMALL = ["workload=deepcam", "experiment=mini", "model.height=32", "model.width=
 @pytest.fixture(scope="module")
 def data8(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("syncbn-data")
-    proc = sciperf("prepare", *SMALL, "data.train_samples=8", f"data.dir={root}")
+    proc = cli("prepare", *SMALL, "data.train_samples=8", f"data.dir={root}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root
 
@@ -315,7 +320,7 @@ def test_cli_trains_deepcam_with_a_group_of_two(data8, tmp_path):
 def test_cli_refuses_groups_a_run_cannot_have(data8, tmp_path, extra, needle):
     """One process cannot form a group of 2 (refused rather than silently per-rank BN,
     which the log would misreport); Horovod runs have no groups."""
-    proc = sciperf("train", *SMALL, "data.train_samples=8", "train.global_batch_size=4",
+    proc = cli("train", *SMALL, "data.train_samples=8", "train.global_batch_size=4",
                    "model.batchnorm_group_size=2", f"data.dir={data8}",
                    f"output_dir={tmp_path}", *extra)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -333,6 +338,9 @@ def test_cli_refuses_a_group_that_does_not_divide_the_ranks(data8, tmp_path):
 
 
 def test_tensorflow_backend_says_it_lacks_groups_and_pytorch_has_them(data8, tmp_path):
+    """A process of its own: the refusal comes after the backend fixed TensorFlow's thread
+    pools and started its runtime (threads.apply, select_device), which no test can undo
+    in a pytest worker that later runs TensorFlow in process."""
     pytest.importorskip("tensorflow")
     proc = sciperf("train", *SMALL, "framework=tensorflow", "data.train_samples=8",
                    "train.global_batch_size=4", "model.batchnorm_group_size=2",

@@ -4,6 +4,9 @@ Every reader of summary.json (`report`, `compare`, `characterize run=`) goes thr
 one checked loader (sciperf.results.summary): valid JSON of the wrong shape, bare
 NaN/Infinity and unparseable text exit 2 with one stderr line naming the file and the
 field, never a traceback and never a report with the run silently dropped into a "?" group.
+
+Every case runs the verb's main in this process (testkit.cli): what is tested is the verb's
+exit status and its lines, not the console script's own exit.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from testkit import cli
 
 # What `sciperf train` writes, cut to the fields the readers look at.
 BASE: dict[str, Any] = {
@@ -80,10 +84,10 @@ def _args(verb: str, run: Path, out: Path) -> list[str]:
             "package": ["package", str(run), "--system", "x", "--out", str(out)]}[verb]
 
 
-def _one_error_line(sciperf_cmd: list[str], args: list[str]) -> str:
-    """Run the real command; it must exit 2 with exactly one stderr line (no traceback)."""
-    proc = subprocess.run([*sciperf_cmd, *args], capture_output=True, text=True, check=False,
-                          timeout=120)
+def _one_error_line(args: list[str]) -> str:
+    """Run the verb's main in this process; it must exit 2 with exactly one stderr line (no
+    traceback)."""
+    proc = cli(*args)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -91,27 +95,26 @@ def _one_error_line(sciperf_cmd: list[str], args: list[str]) -> str:
 
 
 @pytest.mark.parametrize("verb", VERBS)
-def test_a_good_summary_is_read(verb, run_dir, sciperf_cmd, tmp_path):
+def test_a_good_summary_is_read(verb, run_dir, tmp_path):
     """The control: BASE passes the loader (characterize then goes on to count)."""
-    proc = subprocess.run([*sciperf_cmd, *_args(verb, run_dir, tmp_path / "out")],
-                          capture_output=True, text=True, check=False, timeout=300)
+    proc = cli(*_args(verb, run_dir, tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize(("verb", "text", "said"), [
     pytest.param(verb, text, said, id=f"{case}-{verb}")
     for case, text, said, verbs in CASES for verb in verbs])
-def test_bad_summary_is_one_line(verb, text, said, base, run_dir, sciperf_cmd, tmp_path):
+def test_bad_summary_is_one_line(verb, text, said, base, run_dir, tmp_path):
     (run_dir / "summary.json").write_text(text(base))
     out = tmp_path / "out"
-    line = _one_error_line(sciperf_cmd, _args(verb, run_dir, out))
+    line = _one_error_line(_args(verb, run_dir, out))
     assert "run/summary.json" in line and said in line, line
     assert not out.exists()
 
 
 @pytest.mark.parametrize("verb", ("report", "characterize", "package"))
 @pytest.mark.parametrize("where", ("file", "under-a-file", "proc"))
-def test_unusable_out_is_one_line(verb, where, run_dir, sciperf_cmd, tmp_path):
+def test_unusable_out_is_one_line(verb, where, run_dir, tmp_path):
     """--out at an existing file, below a file, or under /proc (tests run as root, which
     writes into a chmod-ed read-only folder anyway, so /proc stands in for a folder that
     cannot be written): one line naming the path, nothing written anywhere."""
@@ -120,28 +123,27 @@ def test_unusable_out_is_one_line(verb, where, run_dir, sciperf_cmd, tmp_path):
     out = {"file": blocker, "under-a-file": blocker / "out",
            "proc": Path("/proc/sciperf-out")}[where]
     before = sorted(tmp_path.rglob("*"))
-    line = _one_error_line(sciperf_cmd, _args(verb, run_dir, out))
+    line = _one_error_line(_args(verb, run_dir, out))
     assert str(out) in line, line
     assert sorted(tmp_path.rglob("*")) == before and blocker.read_text() == "keep"
 
 
 @pytest.mark.parametrize("case", ["unparseable", "string-rate", "bare-nan"])
-def test_score_refuses_a_bad_summary_beside_a_run(case, base, run_dir, sciperf_cmd):
+def test_score_refuses_a_bad_summary_beside_a_run(case, base, run_dir):
     """score reads a run's summary too (its instance count and rates): a corrupt one is an
     error naming it, not a silently different score."""
     text, said = next((t, s) for c, t, s, _ in CASES if c == case)
     (run_dir / "summary.json").write_text(text(base))
-    line = _one_error_line(sciperf_cmd, ["score", str(run_dir)])
+    line = _one_error_line(["score", str(run_dir)])
     assert "run/summary.json" in line and said in line, line
 
 
 @pytest.mark.parametrize("verb", ("report", "package"))
-def test_built_aside_trees_get_a_plain_folders_mode(verb, run_dir, sciperf_cmd, tmp_path):
+def test_built_aside_trees_get_a_plain_folders_mode(verb, run_dir, tmp_path):
     """Built in a temporary sibling and renamed: the folder must not stay mkdtemp's 0700
     (others on a shared system read reports and submission trees)."""
     out = tmp_path / "out"
-    subprocess.run([*sciperf_cmd, *_args(verb, run_dir, out)], capture_output=True,
-                   text=True, check=False, timeout=300)
+    cli(*_args(verb, run_dir, out))
     assert out.is_dir()
     mask = os.umask(0)
     os.umask(mask)

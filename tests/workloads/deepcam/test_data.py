@@ -1,9 +1,10 @@
-"""DeepCAM data (framework-free): formats, stats.h5, converter, synthetic climate, errors."""
+"""DeepCAM data (framework-free): formats, stats.h5, converter, synthetic climate, errors.
+
+`sciperf prepare` runs its main in this process (testkit.cli): its exit status and lines
+are what is tested, not the console script's own exit."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -14,10 +15,10 @@ from sciperf.errors import SciperfError
 from sciperf.workloads.deepcam import data as dc
 from sciperf.workloads.deepcam import spec as spec
 from sciperf.workloads.deepcam import synthetic as climate
+from testkit import cli
 
 H, W = 32, 48
 SHAPE = (H, W, 16)
-SCIPERF = [sys.executable, "-m", "sciperf.cli"]
 
 
 def _generate(root: Path, fmt: str, n_train: int = 6, n_eval: int = 2,
@@ -217,21 +218,18 @@ def test_missing_or_broken_stats(npy_root: Path) -> None:
 
 def test_cli_prepare_and_corrupt_sample_is_one_line(tmp_path: Path) -> None:
     root = tmp_path / "d"
-    proc = subprocess.run([*SCIPERF, "prepare", "workload=deepcam", "experiment=mini",
-                           f"data.dir={root}", "data.train_samples=8", "data.eval_samples=4",
-                           "data.format=hdf5"], capture_output=True, text=True, check=False)
+    proc = cli("prepare", "workload=deepcam", "experiment=mini", f"data.dir={root}",
+               "data.train_samples=8", "data.eval_samples=4", "data.format=hdf5")
     assert proc.returncode == 0, proc.stderr
     assert "stats.h5" in proc.stdout and "tropical_cyclone" in proc.stdout
     assert "generating hdf5 climate" in proc.stderr  # progress line
-    proc = subprocess.run([*SCIPERF, "prepare", "workload=deepcam", "experiment=mini",
-                           f"data.dir={root}", "data.source=convert"],
-                          capture_output=True, text=True, check=False)
+    proc = cli("prepare", "workload=deepcam", "experiment=mini", f"data.dir={root}",
+               "data.source=convert")
     assert proc.returncode == 0 and "converted 12 hdf5 samples" in proc.stdout
     victim = dc.list_samples(root, "train", "hdf5")[2]
     victim.write_bytes(b"\x89HDF garbage")
-    proc = subprocess.run([*SCIPERF, "prepare", "workload=deepcam", "experiment=mini",
-                           f"data.dir={root}", "data.source=convert", "--force"],
-                          capture_output=True, text=True, check=False)
+    proc = cli("prepare", "workload=deepcam", "experiment=mini", f"data.dir={root}",
+               "data.source=convert", "--force")
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "converting" not in ln]
     assert len(lines) == 1 and str(victim) in lines[0], proc.stderr
@@ -244,8 +242,7 @@ def test_one_stats_file_serves_only_the_formats_made_with_it(tmp_path: Path) -> 
             "data.train_samples=4", "data.eval_samples=2"]
 
     def prepare(*extra: str) -> str:
-        proc = subprocess.run([*SCIPERF, *base, *extra], capture_output=True, text=True,
-                              check=False)
+        proc = cli(*base, *extra)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 

@@ -12,6 +12,7 @@ from sciperf.results.check import check_log
 from sciperf.results.mllog import MLLogger
 from sciperf.workloads import WORKLOADS, get
 from sciperf.workloads.deepcam import spec as dc
+from testkit import cli, one_error_line
 
 
 def test_registered_and_composed_from_the_spec() -> None:
@@ -126,8 +127,6 @@ def test_closed_checker_rejects_wrong_sample_counts_and_low_iou(tmp_path: Path) 
 
 
 def test_closed_run_with_seed_zero_is_refused_before_anything_is_written(tmp_path):
-    import subprocess
-    import sys
     closed = compose(["workload=deepcam", "experiment=mini", "system.submission_division=closed"])
     with pytest.raises(ValueError, match="closed DeepCAM requires seed > 0"):
         dc.check_run(closed)
@@ -136,9 +135,9 @@ def test_closed_run_with_seed_zero_is_refused_before_anything_is_written(tmp_pat
     dc.check_run(compose(["workload=deepcam", "experiment=mini"]))  # open: any seed
     (tmp_path / "data").mkdir()
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "sciperf.cli", "train", "workload=deepcam",
-                           "experiment=mini", "system.submission_division=closed",
-                           f"data.dir={tmp_path / 'data'}", f"output_dir={out}"],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 2 and "seed=0: closed DeepCAM requires seed > 0" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+    proc = cli("train", "workload=deepcam", "experiment=mini",
+                "system.submission_division=closed", f"data.dir={tmp_path / 'data'}",
+                f"output_dir={out}")
+    line = one_error_line(proc, "train")  # exit 2, one line, no traceback, no warning
+    assert "seed=0: closed DeepCAM requires seed > 0" in line and not out.exists()
+

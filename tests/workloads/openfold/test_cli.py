@@ -28,8 +28,7 @@ import os
 import pickle
 import shutil
 import subprocess
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +55,6 @@ EXISTING = ("workload=openfold", "experiment=mini", "data.source=existing",
 # words of tests/workloads/openfold/test_fault_tables.py's set, so the session makes it once
 DATASET = ("workload=openfold", "experiment=mini", f"data.train_samples={TRAIN_CHAINS}",
            f"data.eval_samples={EVAL_CHAINS}", "data.pretrain_epochs=0")
-# the interpreter's warning filters with no -W and no PYTHONWARNINGS: what the console script
-# shows a user (pytest records warnings instead of printing them)
-SHOWN_BY_DEFAULT = (("default", DeprecationWarning, "__main__"),
-                    ("ignore", DeprecationWarning, ""),
-                    ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
-                    ("ignore", ResourceWarning, ""))
-
-
 # ------------------------------------------------------------------ running the command
 
 def _env_without(program: str, scratch: Path) -> dict[str, str]:
@@ -88,34 +79,6 @@ def _env_without(program: str, scratch: Path) -> dict[str, str]:
     return env
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`sciperf ARGS` through its main in this process (testkit.cli), the Python warnings
-    it raised put first on its stderr as the console script prints them: a refused train
-    says its one line and nothing else, no warnings either."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.resetwarnings()
-        for action, category, module in SHOWN_BY_DEFAULT:
-            warnings.filterwarnings(action, category=category, module=module, append=True)
-        proc = cli(*args, env=env)
-    proc.stderr = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno,
-                                                 w.line) for w in caught) + proc.stderr
-    return proc
-
-
-@pytest.fixture(autouse=True)
-def _torch_threads_kept() -> Iterator[None]:
-    """A run in this process sets torch's intra-op threads (framework.threads=1) for the
-    whole pytest worker: they are put back for the tests after it."""
-    try:
-        import torch
-    except ImportError:  # a TensorFlow-only install: no OpenFold run gets that far
-        yield
-        return
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def _train_args(root: Path, out: Path, extra: tuple[str, ...],
                 checkpoint: str | Path) -> tuple[str, ...]:
     return ("train", *RUN, f"data.dir={root}", f"output_dir={out}",
@@ -125,7 +88,7 @@ def _train_args(root: Path, out: Path, extra: tuple[str, ...],
 def _train(root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A one-step `sciperf train` that a bad input ends, in this process."""
-    return _cli(*_train_args(root, out, extra, checkpoint), env=env)
+    return cli(*_train_args(root, out, extra, checkpoint), env=env)
 
 
 def _trained(root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
@@ -136,7 +99,7 @@ def _trained(root: Path, out: Path, *extra: str, checkpoint: str | Path = "",
 
 
 def _existing(root: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return _cli("prepare", *EXISTING, f"data.dir={root}", env=env)
+    return cli("prepare", *EXISTING, f"data.dir={root}", env=env)
 
 
 def _one_line(proc: subprocess.CompletedProcess, verb: str, *words: str) -> str:
