@@ -83,8 +83,10 @@ def test_mpirun_horovod_two_ranks_keep_identical_weights(data, tmp_path, framewo
 
 def _rank_pids(variable: bytes, below: int) -> dict[int, int]:
     """Rank → pid of the processes under `below` (at any depth) whose environment sets
-    `variable` (torchrun: LOCAL_RANK; mpirun: OMPI_COMM_WORLD_RANK)."""
-    parents, found = {}, {}
+    `variable` (torchrun: LOCAL_RANK; mpirun: OMPI_COMM_WORLD_RANK). The ranks of another
+    job running beside this one (another xdist worker's) carry the same variable: only
+    this job's are kept, before any rank number is taken."""
+    parents, candidates = {}, []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -95,7 +97,7 @@ def _rank_pids(variable: bytes, below: int) -> dict[int, int]:
             continue
         for item in env:
             if item.startswith(variable + b"="):
-                found[int(item.split(b"=")[1])] = int(proc.name)
+                candidates.append((int(item.split(b"=")[1]), int(proc.name)))
 
     def under(pid: int) -> bool:
         while pid > 1:
@@ -103,7 +105,7 @@ def _rank_pids(variable: bytes, below: int) -> dict[int, int]:
             if pid == below:
                 return True
         return False
-    return {rank: pid for rank, pid in found.items() if under(pid)}
+    return {rank: pid for rank, pid in candidates if under(pid)}
 
 
 KILLED = {  # launcher → (command before the program, rank variable)
