@@ -28,6 +28,12 @@ empty allow-list: every class or function lookup (``GLOBAL``/``STACK_GLOBAL``/``
 line naming the file, so nothing named by the file is ever called. :func:`dumps_builtins`
 writes such files and refuses any other type up front (``numpy.float64`` is a ``float``
 subclass that would pickle through a numpy global the reader then refuses).
+
+:func:`load_torch_file` reads a whole ``torch.save`` file of today's format (a zip archive:
+``data.pkl`` whose persistent ids name the storages stored beside it as ``data/<key>``),
+such as the reference's resumable checkpoint with its optimizer state, into nested dicts and
+lists of numpy arrays with the same allow-list: a TensorFlow install reads it with no torch.
+bfloat16 storages become float32 (exactly: a bfloat16 is the top half of a float32).
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ import io
 import math
 import pickle
 import struct
+import zipfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -251,3 +259,78 @@ def _check_builtins(value: Any, where: str) -> None:
     elif type(value) in (list, tuple):
         for i, item in enumerate(value):
             _check_builtins(item, f"{where}[{i}]")
+
+
+# --- a whole torch.save file (zip format) --------------------------------------------------
+
+BFLOAT16 = "BFloat16Storage"  # no numpy dtype: read as uint16, returned as float32
+
+
+class _ZipPickle(_Restricted):
+    """data.pkl of a zip-format torch.save: each persistent id names a storage stored in
+    the archive, which `storage` reads."""
+
+    def __init__(self, file: io.BytesIO, allowed: Mapping[Global, Any], source: str,
+                 storage: Callable[[str, Any, int], np.ndarray]):
+        super().__init__(file, allowed, source)
+        self.storage = storage
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise UnsafePickleError(f"{self.source}: unexpected persistent id in the pickle")
+        _, dtype, key, _location, numel = pid
+        return self.storage(str(key), dtype, int(numel))
+
+
+def load_torch_file(path: str | Path) -> Any:
+    """The object a zip-format ``torch.save`` file holds, tensors as numpy arrays, read
+    without torch and resolving only the allow-list of :func:`loads` plus torch's storage
+    types. A file that is not one, or asks for anything else, is one line naming it."""
+    path = Path(path)
+    source = str(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise SciperfError(f"{source}: not a torch.save checkpoint (zip format) "
+                           f"({getattr(exc, 'strerror', None) or exc})") from None
+    with archive:
+        return _guarded(lambda: _zip_object(archive, source), source)
+
+
+def _zip_object(archive: zipfile.ZipFile, source: str) -> Any:
+    """:func:`load_torch_file` inside the error wrapper."""
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1:
+        raise SciperfError(f"{source}: not a torch.save checkpoint (no single data.pkl)")
+    prefix = pickles[0][:-len("data.pkl")]
+    if f"{prefix}byteorder" in archive.namelist() and \
+            archive.read(f"{prefix}byteorder").strip() != b"little":
+        raise SciperfError(f"{source}: big-endian checkpoints are not supported")
+    cache: dict[str, np.ndarray] = {}
+
+    def storage(key: str, dtype: Any, numel: int) -> np.ndarray:
+        if key not in cache:
+            cache[key] = _zip_storage(archive, f"{prefix}data/{key}", dtype, numel, source)
+        return cache[key]
+
+    allowed: dict[Global, Any] = {
+        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        **{("torch", name): dtype for name, dtype in STORAGE_DTYPES.items()},
+        ("torch", BFLOAT16): BFLOAT16,
+    }
+    return _ZipPickle(io.BytesIO(archive.read(pickles[0])), allowed, source, storage).load()
+
+
+def _zip_storage(archive: zipfile.ZipFile, member: str, dtype: Any, numel: int,
+                 source: str) -> np.ndarray:
+    """One storage of the archive, `numel` elements of `dtype`, checked against its size."""
+    wire = np.dtype(np.uint16) if dtype == BFLOAT16 else np.dtype(dtype)
+    info = archive.getinfo(member)  # KeyError: the pickle names a storage the file lacks
+    if numel < 0 or info.file_size != numel * wire.itemsize:
+        raise SciperfError(f"{source}: storage {member} holds {info.file_size} bytes for "
+                           f"{numel} elements of {wire.itemsize}")
+    raw = np.frombuffer(archive.read(member), dtype=wire.newbyteorder("<")).astype(wire)
+    if dtype == BFLOAT16:
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw
