@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sciperf import checkpoint
 from sciperf.data import atomic
+from sciperf.data.layout import unmade_on_failure
 from sciperf.distributed import DEFAULT_PORT, LOCAL_RUN_ID
 from sciperf.errors import SciperfError
 from sciperf.output import run_records, usable
@@ -124,7 +125,7 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
     """
     job = plan(cfg, overrides, program, as_root=as_root)
     dry = bool(cfg.get("dry_run", False))
-    with _made_for(Path(job.output_dir)):  # a refusal leaves no output_dir made for it
+    with unmade_on_failure(Path(job.output_dir).absolute()):  # no output_dir left by a refusal
         if job.kind != "local":  # the script goes there: a bad path is one line, now
             _check_output(cfg, Path(job.output_dir), dry or program is not None)
         elif not dry and program is None:  # what rank 0 would refuse while the others wait
@@ -165,27 +166,6 @@ def launch(cfg: DictConfig, overrides: Sequence[str] | None = None,
         return run_script(str(path), env, max(30.0, _signal_grace(cfg)),
                           launcher=job.launcher.name,
                           summary=Path(job.output_dir) / SUMMARY_FILE)
-
-
-@contextlib.contextmanager
-def _made_for(out: Path) -> Iterator[None]:
-    """The folders of `out` that the body makes (``usable`` creates output_dir) go again,
-    innermost first while empty, when the body fails: a refused launch (a dataset
-    missing, a script the disk does not take) leaves no folder it made."""
-    missing, folder = [], out.absolute()
-    with contextlib.suppress(OSError):  # a path not to be looked at: usable() says so
-        while not folder.exists():
-            missing.append(folder)
-            folder = folder.parent
-    try:
-        yield
-    except BaseException:
-        for made in missing:
-            try:
-                made.rmdir()
-            except OSError:
-                break
-        raise
 
 
 def _ports(cfg: Any) -> int:

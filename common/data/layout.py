@@ -111,11 +111,21 @@ def new_parents(dest: Path) -> Iterator[None]:
     """`dest`'s missing parent folders, made for the body and removed again (innermost
     first, while empty) when it fails: a refused report or package leaves no bare folders
     behind (`--out a/b/report` left a/b)."""
-    missing, folder = [], dest.parent
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    with unmade_on_failure(dest.parent):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        yield
+
+
+@contextlib.contextmanager
+def unmade_on_failure(folder: Path) -> Iterator[None]:
+    """`folder` and those of its parents missing now, as far as the body makes them,
+    removed again (innermost first, while empty) when the body fails. A path that cannot
+    be looked at is the body's to refuse."""
+    missing = []
+    with contextlib.suppress(OSError):
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
     try:
         yield
     except BaseException:
