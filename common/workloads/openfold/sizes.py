@@ -145,20 +145,30 @@ class ModelSpec:
         a LayerNorm's as ``gamma``/``beta``, a module's own free vector (IPA's head weights)
         as a basis, ``<path>/<name>/frequencies`` — what the frameworks' generic mappers
         write for this model."""
-        out: Shapes = {}
+        table = self.reference_shapes()
+        return {entry: (shape[::-1] if transposed else shape)
+                for name, (entry, transposed) in self.canonical_names().items()
+                for shape in (table[name],)}
+
+    def canonical_names(self) -> dict[str, tuple[str, bool]]:
+        """Reference state-dict name → (its canonical entry, whether the array is
+        transposed on the way: a Linear's (out, in) weight is an (in, out) kernel), in
+        reference order — how a reference checkpoint's tensors and Adam moments reach a
+        framework that does not read torch's names."""
+        out: dict[str, tuple[str, bool]] = {}
         table = self.reference_shapes()
         for name, shape in table.items():
             module, _, param = name.rpartition(".")
             layer = module.replace(".", "/")
             scale = len(table.get(f"{module}.weight", ())) == 1  # a 1-D weight: a norm's γ
             if param == "weight" and len(shape) == 2:
-                out[f"{layer}/kernel"] = (shape[1], shape[0])
+                out[name] = (f"{layer}/kernel", True)
             elif param in ("weight", "bias") and scale:
-                out[f"{layer}/{'gamma' if param == 'weight' else 'beta'}"] = shape
+                out[name] = (f"{layer}/{'gamma' if param == 'weight' else 'beta'}", False)
             elif param == "bias":
-                out[f"{layer}/bias"] = shape
+                out[name] = (f"{layer}/bias", False)
             else:
-                out[f"{layer}/{param}/frequencies"] = shape
+                out[name] = (f"{layer}/{param}/frequencies", False)
         return out
 
     def reference_shapes(self) -> Shapes:

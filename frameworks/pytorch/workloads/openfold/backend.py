@@ -29,7 +29,7 @@ from torch import nn
 
 from sciperf.backends import RunContext
 from sciperf.errors import SciperfError, first_line
-from sciperf.workloads.openfold import sampler
+from sciperf.workloads.openfold import checkpoint, sampler
 from sciperf.workloads.openfold.features import seed_from_string
 from sciperf.workloads.openfold.sizes import ModelSpec
 from sciperf_pytorch.backend import WorkloadBackend
@@ -58,12 +58,7 @@ def load_reference_checkpoint(path: str | Path, model: nn.Module,
     one line naming the file and the first mismatching parameter."""
     key = f"train.init_checkpoint={path}"
     state = load_weights_only(path, key)
-    if not isinstance(state, Mapping):
-        raise SciperfError(f"{key}: holds a {type(state).__name__}, not a state dict")
-    weights = state.get("alphafold_state_dict", state)
-    if not isinstance(weights, Mapping):
-        raise SciperfError(f"{key}: alphafold_state_dict is a {type(weights).__name__}, not "
-                           "a state dict")
+    weights = checkpoint.weights_of(key, state)
     _check_state_dict(key, weights, model)
     try:  # checked above; what torch still refuses is one line too
         model.load_state_dict(weights, strict=True)
@@ -75,44 +70,16 @@ def load_reference_checkpoint(path: str | Path, model: nn.Module,
 
 
 def _check_state_dict(key: str, weights: Mapping[str, Any], model: nn.Module) -> None:
-    """Names, order and shapes of `weights` against the model's (the order matters: the
-    optimizer state is indexed by position), and every tensor dense, real and finite: the
-    loss zeroes NaN terms as the reference does, so NaN weights would train to a loss of
-    0 rather than stop the run, and torch drops a complex tensor's imaginary part with
-    only a warning. The first mismatch named."""
-    ours = [(name, tuple(t.shape)) for name, t in model.state_dict().items()]
-    theirs = [(str(name), tuple(t.shape) if isinstance(t, torch.Tensor) else None)
-              for name, t in weights.items()]
-    our_names, their_names = {n for n, _ in ours}, {n for n, _ in theirs}
+    """Names, order and shapes of `weights` against the model's (the common check), and
+    every tensor dense, real and finite: the loss zeroes NaN terms as the reference does,
+    so NaN weights would train to a loss of 0 rather than stop the run, and torch drops a
+    complex tensor's imaginary part with only a warning."""
     like = model.state_dict()
-    for i, ((mine, shape), (found, their_shape)) in enumerate(zip(ours, theirs, strict=False)):
-        if mine != found:
-            raise SciperfError(f"{key}: {_name_mismatch(i, mine, found, our_names, their_names)}")
-        if their_shape != shape:
-            what = "is not a tensor" if their_shape is None else \
-                f"has shape {list(their_shape)}"
-            raise SciperfError(f"{key}: parameter {mine} {what}, the model's is {list(shape)}")
-        if problem := tensor_problem(weights[mine], like[mine]):
-            raise SciperfError(f"{key}: parameter {mine} {problem}")
-    counts = f"{len(theirs)} tensors, the model has {len(ours)}"
-    if len(theirs) > len(ours):
-        raise SciperfError(f"{key}: unexpected tensor {theirs[len(ours)][0]} ({counts})")
-    if len(theirs) < len(ours):
-        raise SciperfError(f"{key}: lacks parameter {ours[len(theirs)][0]} ({counts})")
-
-
-def _name_mismatch(i: int, mine: str, found: str, our_names: set[str],
-                   their_names: set[str]) -> str:
-    """What differs at index `i`: a parameter missing, a tensor too many, one renamed, or
-    the same names in another order."""
-    if mine not in their_names and found in our_names:
-        return f"lacks parameter {mine} (index {i} holds {found})"
-    if found not in our_names and mine in their_names:
-        return f"unexpected tensor {found} at index {i} (the model's is {mine})"
-    if mine not in their_names:
-        return f"parameter {i} is {found}, the model's is {mine}"
-    return (f"parameter {i} is {found}, the model's is {mine}: the same names in another "
-            "order (the optimizer state is indexed by position)")
+    checkpoint.check_tensors(
+        key, [(name, tuple(t.shape)) for name, t in like.items()],
+        [(str(name), tuple(t.shape) if isinstance(t, torch.Tensor) else None)
+         for name, t in weights.items()],
+        lambda name: tensor_problem(weights[name], like[name]))
 
 
 def _load_optimizer_state(key: str, state: Any, optimizer: torch.optim.Optimizer,
