@@ -29,8 +29,8 @@ import keras
 import tensorflow as tf
 
 __all__ = ["Attention", "Block", "Dense", "FreeVector", "SharedDropout", "Transition",
-           "at_least_fp32", "child", "columnwise_dropout", "dropout_seed", "full_precision",
-           "layer_norm", "rowwise_dropout"]
+           "at_least_fp32", "child", "columnwise_dropout", "current_seed", "dropout_seed",
+           "full_precision", "layer_norm", "rowwise_dropout"]
 
 TRUNC_NORMAL_STD = 0.87962566103423978  # std of N(0, 1) truncated to [-2, 2]
 INITS = ("default", "relu", "glorot", "gating", "normal", "final")
@@ -123,6 +123,11 @@ def dropout_seed(seed: tf.Tensor | None) -> Iterator[None]:
         _SEED[0] = saved
 
 
+def current_seed() -> tf.Tensor | None:
+    """The dropout seed of the enclosing :func:`dropout_seed` block (None: no dropout)."""
+    return _SEED[0]
+
+
 class SharedDropout(keras.layers.Layer):
     """Dropout whose mask is shared along ``share_dims`` (AF2 supplement §1.11.6):
     row-wise shares one mask over dim −3, column-wise over dim −2. Stateless: the mask
@@ -183,7 +188,8 @@ class Attention(Block):
 
     def call(self, x_q: tf.Tensor, x_kv: tf.Tensor, mask: tf.Tensor,
              bias: tf.Tensor | None = None) -> tf.Tensor:
-        q = self._heads(self.linear_q(x_q)) / tf.cast(math.sqrt(self.c_hidden), x_q.dtype)
+        q = self._heads(self.linear_q(x_q))
+        q = q / tf.constant(math.sqrt(self.c_hidden), q.dtype)  # √c in q's own precision
         k = self._heads(self.linear_k(x_kv))
         v = self._heads(self.linear_v(x_kv))
         wide = at_least_fp32(q.dtype)
