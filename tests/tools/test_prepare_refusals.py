@@ -83,10 +83,18 @@ def _with_sources(workload, sources):
                                                                       prepare=sources))
 
 
-def test_run_refuses_a_missing_pair_before_preparing(tmp_path: Path) -> None:
+def _without_openfold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorFlow's registry as if its OpenFold were not yet written (a missing pair)."""
+    from sciperf.backends import load_registry
+    monkeypatch.delitem(load_registry("tensorflow").BACKENDS, "openfold")
+
+
+def test_run_refuses_a_missing_pair_before_preparing(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """`sciperf run` prepares, then trains: a framework that lacks the workload is refused
     first, not after a dataset (OpenFold's: a pre-trained starting checkpoint) was made."""
     pytest.importorskip("tensorflow")
+    _without_openfold(monkeypatch)
     data, out = tmp_path / "data", tmp_path / "out"
     proc = cli("run", "workload=openfold", "framework=tensorflow", "experiment=mini",
                f"data.dir={data}", f"output_dir={out}", cwd=tmp_path)
@@ -95,11 +103,13 @@ def test_run_refuses_a_missing_pair_before_preparing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("verb", ["prepare", "train", "characterize"])
-def test_other_verbs_refuse_a_missing_pair_first(verb: str, tmp_path: Path) -> None:
+def test_other_verbs_refuse_a_missing_pair_first(verb: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """prepare generated all 272 chains before its pre-training met the pair; train said
     "run `sciperf prepare`" for a pair no dataset can make work; characterize wrote a
     characterize.json labelled with a framework that has no such workload."""
     pytest.importorskip("tensorflow")
+    _without_openfold(monkeypatch)
     data, out = tmp_path / "data", tmp_path / "out"
     extra = [f"--out={out}"] if verb == "characterize" else [f"output_dir={out}"]
     proc = cli(verb, "workload=openfold", "framework=tensorflow", "experiment=mini",

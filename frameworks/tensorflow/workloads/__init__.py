@@ -11,6 +11,7 @@ BACKENDS = {
     "cosmoflow": "sciperf_tensorflow.workloads.cosmoflow.backend:CosmoFlowBackend",
     "deepcam": "sciperf_tensorflow.workloads.deepcam.backend:DeepCamBackend",
     "oc20": "sciperf_tensorflow.workloads.oc20.backend:OC20Backend",
+    "openfold": "sciperf_tensorflow.workloads.openfold.backend:OpenFoldBackend",
 }
 
 
