@@ -2,7 +2,8 @@
 both frameworks' canonical mappers, float64 on both sides, so the outputs and the weight
 gradients agree to rounding; plus what only the Keras side has to get right (canonical
 weight names, full precision under a mixed policy, a dynamic residue count, stateless
-dropout masks that differ between iterations)."""
+dropout masks that differ between iterations, and iterations that run as one graph loop
+whose op count does not grow with ``sm_blocks``)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ from workloads.openfold.tf_parity import (  # noqa: E402
 
 from sciperf import weights  # noqa: E402
 from sciperf.workloads.openfold import residue_constants as rc  # noqa: E402
-from sciperf.workloads.openfold.sizes import mini_spec  # noqa: E402
+from sciperf.workloads.openfold.sizes import ModelSpec, mini_spec  # noqa: E402
 from sciperf_pytorch import weights as torch_weights  # noqa: E402
 from sciperf_pytorch.workloads.openfold import rigids as prig  # noqa: E402
 from sciperf_pytorch.workloads.openfold import structure as pst  # noqa: E402
 from sciperf_tensorflow import weights as keras_weights  # noqa: E402
 from sciperf_tensorflow.workloads.openfold import rigids as krig  # noqa: E402
 from sciperf_tensorflow.workloads.openfold import structure as kst  # noqa: E402
-from sciperf_tensorflow.workloads.openfold.primitives import dropout_seed  # noqa: E402
+from sciperf_tensorflow.workloads.openfold.primitives import (  # noqa: E402
+    SharedDropout,
+    dropout_seed,
+)
 
 F64 = torch.float64
 PATH = "structure_module"
@@ -175,12 +179,20 @@ def test_ipa_matches_pytorch():
     _close(got, expected, 1e-9)
 
 
-def test_structure_module_outputs_match_pytorch(modules):
+def _maybe_traced(fn: object, graph: bool) -> object:
+    """`fn` as a ``tf.function`` (its loop a graph ``While``) or as is (the loop runs
+    eagerly)."""
+    return tf.function(fn) if graph else fn
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_structure_module_outputs_match_pytorch(modules, graph):
     torch_sm, keras_sm = modules
     x = _inputs(2)
     with torch.no_grad():
         expected = torch_sm(*(torch.tensor(x[k]) for k in ("s", "z", "mask", "aatype")))
-    got = keras_sm(*(tf.constant(x[k]) for k in ("s", "z", "mask", "aatype")))
+    got = _maybe_traced(keras_sm, graph)(*(tf.constant(x[k])
+                                           for k in ("s", "z", "mask", "aatype")))
     assert set(got) == set(expected) == {"frames", "sidechain_frames", "unnormalized_angles",
                                          "angles", "positions", "states", "single"}
     for key, value in expected.items():
@@ -196,7 +208,10 @@ def _canonical_grads(named: dict[str, tuple[object, str]], grads: list[object],
             for (name, (_, kind)), g in zip(named.items(), grads, strict=True)}
 
 
-def test_structure_module_weight_gradients_match_pytorch(modules):
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_structure_module_weight_gradients_match_pytorch(modules, graph):
+    """Both through the eagerly run loop and through the graph ``While``'s gradient (the
+    rotation's stop-gradient between iterations included)."""
     torch_sm, keras_sm = modules
     x = _inputs(3)
     g = np.random.default_rng(4)
@@ -221,10 +236,14 @@ def test_structure_module_weight_gradients_match_pytorch(modules):
 
     keras_named = keras_weights.mapped(keras_sm)
     variables = [v for v, _ in keras_named.values()]
-    with tf.GradientTape() as tape:
-        loss = scalar(keras_sm(*(tf.constant(x[k]) for k in ("s", "z", "mask", "aatype"))),
-                      tf)
-    got = _canonical_grads(keras_named, tape.gradient(loss, variables), "keras")
+
+    def keras_grads() -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = scalar(keras_sm(*(tf.constant(x[k])
+                                     for k in ("s", "z", "mask", "aatype"))), tf)
+        return tape.gradient(loss, variables)
+
+    got = _canonical_grads(keras_named, _maybe_traced(keras_grads, graph)(), "keras")
     assert set(got) == set(expected)
     for name, grad in expected.items():
         assert np.abs(grad).max() > 0, name  # every weight is in the graph
@@ -270,7 +289,7 @@ def _walk(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
 
 
 def test_full_precision_under_mixed_policy_with_dynamic_residues():
-    spec = SPEC.replace(sm_blocks=1, angle_blocks=1)
+    spec = SPEC.replace(angle_blocks=1)
     saved = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -291,13 +310,32 @@ def test_full_precision_under_mixed_policy_with_dynamic_residues():
         x = _inputs(6, n)
         out = run(*(tf.constant(x[k], tf.bfloat16) for k in ("s", "z", "mask")),
                   tf.constant(x["aatype"], tf.int32))
-        assert out["positions"].shape == (1, 1, n, 14, 3)
+        assert out["positions"].shape == (1, spec.sm_blocks, n, 14, 3)
         assert all(v.dtype == tf.float32 for v in out.values())
         assert np.isfinite(out["positions"].numpy()).all()
     assert run.experimental_get_tracing_count() == 1
+    # the loop keeps every static size but the residue count
+    static = run.get_concrete_function().structured_outputs
+    assert static["positions"].shape.as_list() == [1, spec.sm_blocks, None, 14, 3]
+    assert static["single"].shape.as_list() == [1, None, spec.c_s]
 
 
-def test_dropout_is_seeded_and_fresh_per_iteration():
+def _record_masks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.ndarray]]:
+    """From now on, every training-mode dropout call appends (layer name, its mask) — the
+    mask as the layer draws it for ones of the input's shape under the seed in force."""
+    masks: list[tuple[str, np.ndarray]] = []
+    call = SharedDropout.call
+
+    def recording(self, x, training=False):
+        if training:
+            masks.append((self.name, numpy(call(self, tf.ones_like(x), training=True))))
+        return call(self, x, training=training)
+
+    monkeypatch.setattr(SharedDropout, "call", recording)
+    return masks
+
+
+def test_dropout_is_seeded_and_fresh_per_iteration(monkeypatch):
     spec = SPEC.replace(sm_dropout=0.5)
     with keras_float64():
         sm = kst.StructureModule(spec)
@@ -305,16 +343,69 @@ def test_dropout_is_seeded_and_fresh_per_iteration():
     args = (x["s"], x["z"], x["mask"], x["aatype"])
     eval_out = sm(*args)["single"]
     seed = tf.constant([3, 4], tf.int64)
+    masks = _record_masks(monkeypatch)  # the eager loop calls the layers once an iteration
     with dropout_seed(seed):
         a = sm(*args, training=True)["single"]
         b = sm(*args, training=True)["single"]
-        # the iterations' layers draw different masks under one seed
-        ones = tf.ones((1, N_RES, spec.c_s), tf.float64)
-        m0 = sm.ipa_dropout[0](ones, training=True)
-        m1 = sm.ipa_dropout[1](ones, training=True)
     with dropout_seed(tf.constant([5, 6], tf.int64)):
         c = sm(*args, training=True)["single"]
+    monkeypatch.undo()
     _close(a, b, 0)
     assert not np.allclose(numpy(a), numpy(eval_out))
     assert not np.allclose(numpy(a), numpy(c))
-    assert m0.dtype == tf.float64 and not np.array_equal(numpy(m0), numpy(m1))
+
+    # one pass: per iteration the IPA's dropout, then the transition's
+    names = [f"{PATH}__ipa_dropout", f"{PATH}__transition__dropout"] * spec.sm_blocks
+    assert [name for name, _ in masks[:len(names)]] == names
+    first, again = masks[:len(names)], masks[len(names):2 * len(names)]
+    for (_, mask), (_, same) in zip(first, again, strict=True):
+        np.testing.assert_array_equal(mask, same)  # reproducible under one seed
+    ipa = [mask for name, mask in first if name.endswith("ipa_dropout")]
+    assert ipa[0].dtype == np.float64 and 0 < (ipa[0] == 0).mean() < 1
+    assert not np.array_equal(ipa[0], ipa[1])  # fresh masks in each iteration
+    # iteration i's masks are the layer's own under the seed + [0, i·stride]
+    ones = tf.ones((1, N_RES, spec.c_s), tf.float64)
+    for i, mask in enumerate(ipa):
+        with dropout_seed(seed + tf.constant([0, i * kst.ITERATION_SEED_STRIDE], tf.int64)):
+            np.testing.assert_array_equal(numpy(sm.ipa_dropout.call(ones, training=True)),
+                                          mask)
+
+    # the traced loop draws what the eager one does: the seed follows the loop counter
+    @tf.function
+    def traced(seed):
+        with dropout_seed(seed):
+            return sm(*args, training=True)["single"]
+
+    _close(traced(seed), a, 1e-12)
+    _close(traced(tf.constant([5, 6], tf.int64)), c, 1e-12)
+
+
+# ------------------------------------------------------------------- graph size
+def _op_count(sm: keras.layers.Layer, spec: ModelSpec) -> tuple[int, int]:
+    """(all ops, the loop body's ops) of the structure module's traced graph; all ops count
+    those of the functions the graph calls (the ``While``'s body and condition) too."""
+
+    def run(s, z, mask, aatype):
+        return sm(s, z, mask, aatype)
+
+    graph = tf.function(run).get_concrete_function(
+        tf.TensorSpec([1, None, spec.c_s], tf.float64),
+        tf.TensorSpec([1, None, None, spec.c_z], tf.float64),
+        tf.TensorSpec([1, None], tf.float64), tf.TensorSpec([1, None], tf.int32)).graph
+    library = graph.as_graph_def().library.function
+    assert sum(op.type in ("While", "StatelessWhile") for op in graph.get_operations()) == 1
+    body = max(len(f.node_def) for f in library)  # the body: the condition is a compare
+    return len(graph.get_operations()) + sum(len(f.node_def) for f in library), body
+
+
+def test_iterations_trace_once():
+    """The iterations run in one loop: the traced graph holds one iteration's ops whatever
+    ``sm_blocks`` is (unrolled, 8 iterations made ~7× the ops of one)."""
+    counts = []
+    for blocks in (2, 8):
+        spec = SPEC.replace(sm_blocks=blocks)
+        with keras_float64():
+            counts.append(_op_count(kst.StructureModule(spec), spec))
+    (total_2, body_2), (total_8, body_8) = counts
+    assert (total_8, body_8) == (total_2, body_2)
+    assert total_8 < 2 * body_8  # everything outside the loop is less than one iteration

@@ -42,7 +42,7 @@ from sciperf_tensorflow.workloads.openfold.evoformer import (
     TemplatePointwiseAttention,
 )
 from sciperf_tensorflow.workloads.openfold.heads import AuxiliaryHeads
-from sciperf_tensorflow.workloads.openfold.primitives import Block, full_precision
+from sciperf_tensorflow.workloads.openfold.primitives import Block, dropout_seed, full_precision
 from sciperf_tensorflow.workloads.openfold.structure import StructureModule, atom14_to_atom37
 
 __all__ = ["AlphaFold", "Batch"]
@@ -140,7 +140,8 @@ class AlphaFold(keras.Model):
         m, z, s = self.evoformer_stack(m, z, msa_mask, pair_mask, checkpointing=checkpointing,
                                        training=training, seed=_salted(seed, 2))
 
-        sm = self.structure_module(s, z, seq_mask, feats["aatype"])
+        with dropout_seed(_salted(seed, 3)):  # the structure module's dropout draws from it
+            sm = self.structure_module(s, z, seq_mask, feats["aatype"], training=training)
         final = atom14_to_atom37(sm["positions"][:, -1], feats["residx_atom37_to_atom14"],
                                  feats["atom37_atom_exists"])
         outputs = {"msa": m[:, :n_clust], "pair": z, "single": s, "sm": sm,
@@ -196,7 +197,8 @@ def _pass_seed(seed: tf.Tensor | None, j: tf.Tensor) -> tf.Tensor | None:
 
 
 def _salted(seed: tf.Tensor | None, part: int) -> tf.Tensor | None:
-    """The seed of one stack of a pass (templates 0, extra MSA 1, Evoformer 2)."""
+    """The seed of one part of a pass (templates 0, extra MSA 1, Evoformer 2, structure
+    module 3)."""
     if seed is None:
         return None
     return seed + tf.constant([part, 0], tf.int64) * 7919

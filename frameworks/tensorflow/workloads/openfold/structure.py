@@ -1,7 +1,8 @@
 """AlphaFold2's structure module in Keras 3: invariant point attention, backbone updates
 and the torsion-angle side chains, one set of weights applied ``sm_blocks`` times
 (AF2 supplement §1.8, Algorithms 20–25; shared/spec/openfold.md §3) — the mirror of
-``sciperf_pytorch.workloads.openfold.structure``.
+``sciperf_pytorch.workloads.openfold.structure``. The iterations run as one
+``tf.while_loop``, so a traced graph holds a single iteration (:class:`StructureModule`).
 
 Frames start at the identity ("black hole" start) and are kept as unit quaternions plus
 translations in internal units (nm-like); outputs scale translations by
@@ -48,6 +49,8 @@ from sciperf_tensorflow.workloads.openfold.primitives import (
     FreeVector,
     SharedDropout,
     child,
+    current_seed,
+    dropout_seed,
     full_precision,
     layer_norm,
 )
@@ -62,6 +65,10 @@ __all__ = ["InvariantPointAttention", "StructureModule", "atom14_to_atom37",
            "frames_to_atom14", "torsion_angles_to_frames"]
 
 SOFTPLUS_INVERSE_1 = 0.541324854612918  # softplus⁻¹(1): point weights start at 1
+
+# Iteration i's dropout seed is the module's seed + [0, i·2³²]: the layers' salts (added to
+# the same component) are < 2³¹, so no iteration's mask stream meets another layer's.
+ITERATION_SEED_STRIDE = 1 << 32
 
 
 def _dropout(p: float, name: str) -> SharedDropout:
@@ -84,7 +91,17 @@ def _merge_last(x: tf.Tensor, n: int) -> tf.Tensor:
     return tf.reshape(x, tf.concat([tf.shape(x)[:-n], [size]], 0))
 
 
-class InvariantPointAttention(Block):
+class _Built(Block):
+    """A Block whose weights all exist once it is constructed (children make theirs in
+    their constructors), so building it is a no-op. Keras' default build would first run
+    the whole ``call`` symbolically to look for unbuilt state: about half the structure
+    module's trace time."""
+
+    def build(self, input_shape: object = None) -> None:
+        self.built = True
+
+
+class InvariantPointAttention(_Built):
     """IPA (Algorithm 22): attention from scalar q·k, the pair bias and the distances of
     query/key points placed in the residues' frames; outputs scalar, point (back in the
     local frame, with norms) and pair channels.
@@ -143,7 +160,9 @@ class InvariantPointAttention(Block):
         logits = logits * math.sqrt(1.0 / (3 * c))
         logits = logits + math.sqrt(1.0 / 3) * tf.transpose(self.linear_b(z), [0, 3, 1, 2])
         diff = q_pts[:, :, None] - k_pts[:, None]  # [B, N, N, H, P, 3]
-        d2 = tf.reduce_sum(diff ** 2, axis=-1)  # [B, N, N, H, P]
+        # tf.square, not ** 2 (here and below): in the while loop's gradient grappler left
+        # Pow's gradient a real, slow Pow over [B, N, N, H, P, 3]
+        d2 = tf.reduce_sum(tf.square(diff), axis=-1)  # [B, N, N, H, P]
         # .call(): Keras' __call__ wants an input tensor, the vector takes none
         weights = tf.nn.softplus(self.head_weights.call()) * math.sqrt(
             1.0 / (3 * (self.qk_points * 9.0 / 2)))
@@ -156,7 +175,7 @@ class InvariantPointAttention(Block):
         o = tf.einsum("bhij,bjhc->bihc", a, v)  # [B, N, H, C]
         o_pt = tf.einsum("bhij,bjhpx->bihpx", a, v_pts)  # [B, N, H, Pv, 3]
         o_pt = frames[:, :, None, None].invert_apply(o_pt)
-        o_pt_norm = _merge_last(tf.sqrt(tf.reduce_sum(o_pt ** 2, axis=-1) + self.eps), 2)
+        o_pt_norm = _merge_last(tf.sqrt(tf.reduce_sum(tf.square(o_pt), axis=-1) + self.eps), 2)
         o_pt = tf.reshape(o_pt, tf.concat([tf.shape(o_pt)[:-3], [h * self.v_points, 3]], 0))
         o_pair = tf.einsum("bhij,bijc->bihc", a, z)  # [B, N, H, c_z]
         out = tf.concat([_merge_last(o, 2), *tf.unstack(o_pt, num=3, axis=-1), o_pt_norm,
@@ -164,11 +183,11 @@ class InvariantPointAttention(Block):
         return self.linear_out(out)
 
 
-class SingleTransition(Block):
+class SingleTransition(_Built):
     """s + Linear(ReLU(Linear(ReLU(Linear(s))))), dropout, LN.
 
-    One dropout layer per structure-module iteration (``dropout__<i>``, see
-    :class:`StructureModule`); ``call`` takes the iteration."""
+    One dropout layer serves every structure-module iteration: its masks differ between
+    iterations because :class:`StructureModule` folds the iteration into the seed."""
 
     def __init__(self, spec: ModelSpec, path: str) -> None:
         dtype = full_precision()
@@ -177,17 +196,16 @@ class SingleTransition(Block):
         self.linear_1 = Dense(c, c, child(path, "linear_1"), init="relu", dtype=dtype)
         self.linear_2 = Dense(c, c, child(path, "linear_2"), init="relu", dtype=dtype)
         self.linear_3 = Dense(c, c, child(path, "linear_3"), init="final", dtype=dtype)
-        self.dropout = [_dropout(spec.sm_dropout, child(path, f"dropout__{i}"))
-                        for i in range(spec.sm_blocks)]
+        self.dropout = _dropout(spec.sm_dropout, child(path, "dropout"))
         self.layer_norm = layer_norm(c, child(path, "layer_norm"), spec.layer_norm_eps,
                                      dtype=dtype)
 
-    def call(self, s: tf.Tensor, iteration: int = 0, training: bool = False) -> tf.Tensor:
+    def call(self, s: tf.Tensor, training: bool = False) -> tf.Tensor:
         s = s + self.linear_3(tf.nn.relu(self.linear_2(tf.nn.relu(self.linear_1(s)))))
-        return self.layer_norm(self.dropout[iteration](s, training=training))
+        return self.layer_norm(self.dropout(s, training=training))
 
 
-class BackboneUpdate(Block):
+class BackboneUpdate(_Built):
     """Linear(c_s → 6): quaternion vector part (b, c, d) and translation (zero init)."""
 
     def __init__(self, spec: ModelSpec, path: str) -> None:
@@ -199,7 +217,7 @@ class BackboneUpdate(Block):
         return self.linear(s)
 
 
-class AngleResnetBlock(Block):
+class AngleResnetBlock(_Built):
     def __init__(self, c: int, path: str) -> None:
         dtype = full_precision()
         super().__init__(name=path, dtype=dtype)
@@ -210,7 +228,7 @@ class AngleResnetBlock(Block):
         return a + self.linear_2(tf.nn.relu(self.linear_1(tf.nn.relu(a))))
 
 
-class AngleResnet(Block):
+class AngleResnet(_Built):
     """(sin, cos) of the 7 torsions from s and the initial s; normalised, and also
     returned raw for the angle-norm loss. The ReLUs on the inputs are DeepMind's code's
     (absent from the supplement's pseudocode).
@@ -235,7 +253,7 @@ class AngleResnet(Block):
         for block in self.blocks:
             a = block(a)
         raw = _split_last(self.linear_out(tf.nn.relu(a)), self.num_angles, 2)
-        norm = tf.sqrt(tf.maximum(tf.reduce_sum(raw ** 2, axis=-1, keepdims=True),
+        norm = tf.sqrt(tf.maximum(tf.reduce_sum(tf.square(raw), axis=-1, keepdims=True),
                                   tf.cast(self.eps, raw.dtype)))
         return raw, raw / norm
 
@@ -307,27 +325,46 @@ def atom14_to_atom37(atom14: tf.Tensor, residx_atom37_to_atom14: tf.Tensor,
     return _take(atom14, idx) * tf.cast(atom37_atom_exists, atom14.dtype)[..., None]
 
 
-class StructureModule(Block):
+def _iteration_seed(seed: tf.Tensor | None, i: tf.Tensor) -> tf.Tensor | None:
+    """The dropout seed of structure-module iteration `i` (a tensor: the loop counter)
+    under the module's `seed` (int64 [2]; None: no dropout)."""
+    if seed is None:
+        return None
+    return tf.cast(seed, tf.int64) + tf.cast(i, tf.int64) * tf.constant(
+        [0, ITERATION_SEED_STRIDE], tf.int64)
+
+
+def _iterations_second(x: tf.Tensor) -> tf.Tensor:
+    """`x` [I, B, …] as [B, I, …]."""
+    return tf.transpose(x, [1, 0, *range(2, x.shape.rank)])
+
+
+class StructureModule(_Built):
     """The structure module (Algorithm 20), built at reference path `path`.
 
-    Dropout layers are one per iteration (``ipa_dropout__<i>``, ``transition__dropout__<i>``;
-    they hold no weights): a stateless mask is a function of the step's seed and the layer's name,
-    so a single layer reused ``sm_blocks`` times would drop the same units in every
-    iteration, where the reference draws fresh masks.
+    The ``sm_blocks`` iterations share their weights, so they run as one ``tf.while_loop``
+    rather than a Python loop: traced, the graph holds one iteration's ops instead of
+    ``sm_blocks`` copies (unrolled, the module was most of a model pass's graph, and
+    tracing plus grappler of a training step took minutes). Eagerly the loop simply runs.
+
+    Dropout: one layer each (``ipa_dropout``, ``transition__dropout``; they hold no
+    weights). A stateless mask is a function of the seed and the layer's name, so the
+    loop body runs under its iteration's own seed (:func:`_iteration_seed`): the masks
+    differ between iterations, as the reference's fresh draws do, and are reproducible.
     """
 
     def __init__(self, spec: ModelSpec, path: str = "structure_module") -> None:
         dtype = full_precision()
         super().__init__(name=path, dtype=dtype)
         self.num_blocks, self.scale = spec.sm_blocks, spec.trans_scale_factor
+        self.num_angles = spec.num_angles
         eps, c_s = spec.layer_norm_eps, spec.c_s
         self.layer_norm_s = layer_norm(c_s, child(path, "layer_norm_s"), eps, dtype=dtype)
         self.layer_norm_z = layer_norm(spec.c_z, child(path, "layer_norm_z"), eps,
                                        dtype=dtype)
         self.linear_in = Dense(c_s, c_s, child(path, "linear_in"), dtype=dtype)
         self.ipa = InvariantPointAttention(spec, child(path, "ipa"))
-        self.ipa_dropout = [_dropout(spec.sm_dropout, child(path, f"ipa_dropout__{i}"))
-                            for i in range(spec.sm_blocks)]
+        self.ipa_dropout = _dropout(spec.sm_dropout, child(path, "ipa_dropout"))
         self.layer_norm_ipa = layer_norm(c_s, child(path, "layer_norm_ipa"), eps, dtype=dtype)
         self.transition = SingleTransition(spec, child(path, "transition"))
         self.bb_update = BackboneUpdate(spec, child(path, "bb_update"))
@@ -336,6 +373,17 @@ class StructureModule(Block):
     def compute_mask(self, inputs: tf.Tensor, previous_mask: tf.Tensor | None = None) -> None:
         """``mask`` is the residue mask, not a Keras mask (see the IPA's)."""
         return None
+
+    def _outputs(self, s: tf.Tensor) -> dict[str, tf.TensorShape]:
+        """The static shape of one iteration's output of each key, given s [B, N, c_s]
+        (B and N as static as s has them)."""
+        b_n = s.shape[:-1].as_list()
+        return {"frames": tf.TensorShape([*b_n, 7]),
+                "sidechain_frames": tf.TensorShape([*b_n, 8, 4, 4]),
+                "unnormalized_angles": tf.TensorShape([*b_n, self.num_angles, 2]),
+                "angles": tf.TensorShape([*b_n, self.num_angles, 2]),
+                "positions": tf.TensorShape([*b_n, 14, 3]),
+                "states": s.shape}
 
     def call(self, s: tf.Tensor, z: tf.Tensor, mask: tf.Tensor, aatype: tf.Tensor,
              training: bool = False) -> dict[str, tf.Tensor]:
@@ -350,25 +398,43 @@ class StructureModule(Block):
         trans = tf.zeros_like(quat[..., 1:])
         tables = _tables(quat.dtype)
         aatype = tf.cast(aatype, tf.int32)
-        steps: list[dict[str, tf.Tensor]] = []
-        for i in range(self.num_blocks):
-            s = s + self.ipa(s, z, frames=Rigid(quat_to_rot(quat), trans), mask=mask)
-            s = self.layer_norm_ipa(self.ipa_dropout[i](s, training=training))
-            s = self.transition(s, iteration=i, training=training)
+        seed = current_seed()
+        shapes = self._outputs(s)
+        # Loop invariants: s, quat and trans keep their entry shapes (the loop's default
+        # shape invariants; N may be None, so one trace serves every residue count); output
+        # key k of iteration i is element i of arrays[k]
+        carried = (s, quat, trans)
+        arrays = {key: tf.TensorArray(dtype, size=self.num_blocks, element_shape=shape)
+                  for key, shape in shapes.items()}
+
+        def body(i: tf.Tensor, s: tf.Tensor, quat: tf.Tensor, trans: tf.Tensor,
+                 arrays: dict[str, tf.TensorArray]) -> tuple:
+            with dropout_seed(_iteration_seed(seed, i)):
+                s = s + self.ipa(s, z, frames=Rigid(quat_to_rot(quat), trans), mask=mask)
+                s = self.layer_norm_ipa(self.ipa_dropout(s, training=training))
+                s = self.transition(s, training=training)
             quat, trans = compose_quat_update(quat, trans, self.bb_update(s))
             backbone = Rigid(quat_to_rot(quat), trans * self.scale)
             raw, angles = self.angle_resnet(s, s_initial)
             groups = torsion_angles_to_frames(backbone, angles, aatype,
                                               tables["default_frames"])
-            steps.append({
-                "frames": tf.concat([quat, trans * self.scale], axis=-1),
-                "sidechain_frames": groups.to_tensor_4x4(),
-                "unnormalized_angles": raw,
-                "angles": angles,
-                "positions": frames_to_atom14(groups, aatype, tables),
-                "states": s,
-            })
-            quat = tf.stop_gradient(quat)  # stop the rotation gradient between iterations
-        out = {key: tf.stack([step[key] for step in steps], axis=1) for key in steps[0]}
+            step = {"frames": tf.concat([quat, trans * self.scale], axis=-1),
+                    "sidechain_frames": groups.to_tensor_4x4(),
+                    "unnormalized_angles": raw,
+                    "angles": angles,
+                    "positions": frames_to_atom14(groups, aatype, tables),
+                    "states": s}
+            arrays = {key: arrays[key].write(i, value) for key, value in step.items()}
+            # the outputs hold the new rotation with its gradient; only the next iteration
+            # sees it detached (Algorithm 20, line 20)
+            quat = tf.stop_gradient(quat)
+            return i + 1, s, quat, trans, arrays
+
+        _, s, _, _, arrays = tf.while_loop(
+            lambda i, *_: i < self.num_blocks, body, (tf.constant(0), *carried, arrays),
+            maximum_iterations=self.num_blocks)
+        # TensorArray.stack puts the iteration first: [I, B, N, …] → [B, I, N, …]
+        out = {key: _iterations_second(array.stack()) for key, array in arrays.items()}
         out["single"] = s
         return out
+
