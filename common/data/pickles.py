@@ -34,6 +34,8 @@ subclass that would pickle through a numpy global the reader then refuses).
 such as the reference's resumable checkpoint with its optimizer state, into nested dicts and
 lists of numpy arrays with the same allow-list: a TensorFlow install reads it with no torch.
 bfloat16 storages become float32 (exactly: a bfloat16 is the top half of a float32).
+:func:`dump_torch_file` writes such a file without torch (a TensorFlow run's checkpoint in
+the reference's resumable format).
 """
 
 from __future__ import annotations
@@ -334,3 +336,66 @@ def _zip_storage(archive: zipfile.ZipFile, member: str, dtype: Any, numel: int,
     if dtype == BFLOAT16:
         return (raw.astype(np.uint32) << 16).view(np.float32)
     return raw
+
+
+# ------------------------------------------------------------------ writing torch.save files
+TORCH_FILE_VERSION = b"3\n"  # the zip format's version record torch writes today
+
+
+def dump_torch_file(path: str | Path, obj: Any) -> Path:
+    """Write `obj` as ``torch.save`` would (the zip format: ``data.pkl`` whose persistent
+    ids name storages stored beside it), numpy arrays as tensors, without torch — so a
+    framework that has no torch writes the reference's resumable checkpoint, which
+    ``torch.load(weights_only=True)`` and :func:`load_torch_file` read alike. Values:
+    dicts (``collections.OrderedDict`` kept as one), lists, tuples of plain values,
+    strings, numbers, bools, None and arrays. Atomic: nothing half-written."""
+    from sciperf.data import atomic
+
+    path = Path(path)
+    storages: list[np.ndarray] = []
+    body = b"\x80\x02" + _torch_value(obj, storages) + b"."
+    prefix = f"{path.stem or 'archive'}/"
+    with atomic.folder_for(path.parent), atomic.replacing(path) as tmp, \
+            zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(f"{prefix}data.pkl", body)
+        archive.writestr(f"{prefix}byteorder", "little")
+        for key, array in enumerate(storages):
+            archive.writestr(f"{prefix}data/{key}", array.astype(
+                array.dtype.newbyteorder("<"), copy=False).tobytes())
+        archive.writestr(f"{prefix}version", TORCH_FILE_VERSION)
+    return path
+
+
+def _torch_value(value: Any, storages: list[np.ndarray]) -> bytes:
+    """The opcodes of one value of :func:`dump_torch_file`."""
+    if isinstance(value, np.ndarray):
+        return _zip_tensor(value, storages)
+    if isinstance(value, Mapping):
+        head = _global("collections", "OrderedDict") + b")R" \
+            if isinstance(value, collections.OrderedDict) else b"}"
+        items = b"".join(_torch_value(k, storages) + _torch_value(v, storages)
+                         for k, v in value.items())
+        return head + (b"(" + items + b"u" if value else b"")
+    if isinstance(value, list):
+        items = b"".join(_torch_value(v, storages) for v in value)
+        return b"]" + (b"(" + items + b"e" if value else b"")
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    return _plain(value)
+
+
+def _zip_tensor(array: np.ndarray, storages: list[np.ndarray]) -> bytes:
+    """``torch._utils._rebuild_tensor_v2(<storage pid>, 0, size, stride, False,
+    OrderedDict())``, the storage (a C-ordered copy) kept for the archive."""
+    arr = np.require(array, dtype=array.dtype.newbyteorder("="), requirements="C")
+    if arr.dtype not in STORAGE_NAMES:
+        raise TypeError(f"no torch storage holds {arr.dtype}")
+    key = str(len(storages))
+    storages.append(arr)
+    strides = tuple(int(np.prod(arr.shape[i + 1:])) for i in range(arr.ndim))
+    pid = b"(" + _plain("storage") + _global("torch", STORAGE_NAMES[arr.dtype]) + \
+        _plain(key) + _plain("cpu") + _plain(int(arr.size)) + b"tQ"  # BINPERSID
+    ordered = _global("collections", "OrderedDict") + b")R"
+    args = b"(" + pid + _plain(0) + _plain(tuple(arr.shape)) + _plain(strides) + \
+        _plain(False) + ordered + b"t"
+    return _global("torch._utils", "_rebuild_tensor_v2") + args + b"R"

@@ -135,3 +135,30 @@ def test_malformed_checkpoints_are_one_line(tmp_path: Path) -> None:
     cut = _archive(tmp_path / "cut.pt", members.pop("data.pkl"), members)
     assert "storage ckpt/data/0 holds 8 bytes for 4 elements of 4" in refused(load_torch_file,
                                                                              cut)
+
+
+# ------------------------------------------------------------------ writing one without torch
+def test_a_written_file_is_what_torch_loads_and_the_reader_reads(checkpoint,
+                                                                 tmp_path: Path) -> None:
+    """What load_torch_file read of torch's own file, written back by dump_torch_file:
+    torch.load(weights_only=True) gives the same values (tensors, an OrderedDict state
+    dict, Adam's int-keyed state and tuple betas, numbers), and so does the reader."""
+    from sciperf.data.pickles import dump_torch_file
+
+    path, state = checkpoint
+    read = load_torch_file(path)
+    out = dump_torch_file(tmp_path / "written.pt", read)
+    back = torch.load(out, weights_only=True)
+    assert type(back["model"]).__name__ == "OrderedDict"
+    _assert_same(_numpy(back), read)
+    _assert_same(load_torch_file(out), read)
+    assert isinstance(back["optimizer"]["param_groups"][0]["betas"], tuple)
+
+
+def test_a_value_no_torch_file_holds_writes_nothing(tmp_path: Path) -> None:
+    from sciperf.data.pickles import dump_torch_file
+
+    target = tmp_path / "bad.pt"
+    with pytest.raises(TypeError, match="complex"):
+        dump_torch_file(target, {"z": np.zeros(2, np.complex64)})
+    assert list(tmp_path.iterdir()) == []

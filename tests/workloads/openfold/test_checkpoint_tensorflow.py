@@ -195,3 +195,33 @@ def test_a_missing_checkpoint_is_one_line(target, tmp_path: Path) -> None:
     path = tmp_path / "nowhere.pt"
     with pytest.raises(SciperfError, match=f"^train.init_checkpoint={path}: no such file$"):
         load_reference_checkpoint(path, model, SPEC, adam)
+
+
+def test_a_tensorflow_checkpoint_is_the_reference_format(target, reference_state,
+                                                         tmp_path: Path) -> None:
+    """What a TensorFlow checkpoint's state.pt holds (written without torch) loads into
+    the PyTorch model and Adam through the reference's path, giving back the weights and
+    moments the TensorFlow side was loaded with: the .pt moves both ways."""
+    from sciperf.data.pickles import dump_torch_file
+    from sciperf_pytorch.workloads.openfold.backend import (
+        load_reference_checkpoint as torch_load,
+    )
+    from sciperf_pytorch.workloads.openfold.model import AlphaFold as TorchAlphaFold
+    from sciperf_tensorflow.workloads.openfold.backend import reference_state as tf_state
+
+    model, adam = target
+    weights, optimizer = reference_state
+    load_reference_checkpoint(_save(tmp_path / "in.pt", _resumable(weights, optimizer)),
+                              model, SPEC, adam)
+    written = dump_torch_file(tmp_path / "tf.pt", tf_state(model, SPEC, adam, 5))
+    pt = TorchAlphaFold(SPEC, checkpointing=False)
+    pt_adam = torch.optim.Adam(pt.parameters(), lr=of_spec.BASE_LR, betas=of_spec.ADAM_BETAS,
+                               eps=of_spec.ADAM_EPS)
+    torch_load(written, pt, pt_adam)
+    for name, tensor in pt.state_dict().items():
+        assert torch.equal(tensor, weights[name]), name
+    state = pt_adam.state_dict()
+    assert {float(s["step"]) for s in state["state"].values()} == {1_000_000.0}
+    assert all(float(s["exp_avg"].min()) == float(s["exp_avg_sq"].max()) ** 0.5 == 10.0
+               for s in state["state"].values())
+    assert len(state["state"]) == len(weights)

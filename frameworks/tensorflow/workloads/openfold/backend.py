@@ -21,6 +21,7 @@ The PyTorch backend's mirror (spec/openfold.md §3–6):
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ Batch = dict[str, tf.Tensor]
 LDDT_EVAL_EPS = 1e-8  # the reference's validation lDDT (one eps inside the root and ratio)
 # the step's controls, carried in the batch beside the features
 PASSES, SEED = "num_recycling", "dropout_seed"
+REFERENCE_STATE = "state.pt"  # the reference's resumable checkpoint in every checkpoint
 
 
 # ----------------------------------------------------------------------- the checkpoint
@@ -184,6 +186,41 @@ def _assign_moments(loaded: dict[str, Any], names: Mapping[str, tuple[str, bool]
         optimizer.eps = loaded["eps"]
 
 
+def reference_state(model: keras.Model, spec: ModelSpec, optimizer: AdamFamily,
+                    iteration: int) -> dict[str, Any]:
+    """The reference's resumable checkpoint of `model` and `optimizer` (numpy arrays in
+    torch's layouts and names): what a sciperf PyTorch checkpoint's state.pt holds, so a
+    TensorFlow run's checkpoint (the mini's pre-trained start among them) loads into
+    either framework and into the reference."""
+    mapped = keras_weights.mapped(model)
+    position = {id(v): i for i, v in enumerate(optimizer.variables)}
+    weights: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+    moments: dict[int, dict[str, np.ndarray]] = {}
+    step = float(optimizer.t.numpy())
+    for index, (name, (entry, transposed)) in enumerate(spec.canonical_names().items()):
+        var = mapped[entry][0]
+        weights[name] = _torch_layout(var.numpy(), transposed, np.float32)
+        if step > 0:  # torch keeps no state for a parameter before its first step
+            i = position[id(var)]
+            moments[index] = {"step": np.array(step, np.float32),
+                              "exp_avg": _torch_layout(optimizer.m[i].numpy(), transposed),
+                              "exp_avg_sq": _torch_layout(optimizer.v[i].numpy(), transposed)}
+    group = {"lr": float(optimizer.lr.numpy()), "betas": (optimizer.beta1, optimizer.beta2),
+             "eps": optimizer.eps, "weight_decay": optimizer.wd, "amsgrad": False,
+             "maximize": False, "foreach": None, "capturable": False,
+             "differentiable": False, "fused": None, "params": list(range(len(weights)))}
+    return {checkpoint.MODEL_KEY: weights,
+            checkpoint.OPTIMIZER_KEY: {"state": moments, "param_groups": [group]},
+            "iteration": int(iteration)}
+
+
+def _torch_layout(array: np.ndarray, transposed: bool,
+                  dtype: type | None = None) -> np.ndarray:
+    """A canonical array in torch's layout (a kernel back to (out, in)), C-ordered."""
+    out = array.T if transposed else array
+    return np.ascontiguousarray(out if dtype is None else out.astype(dtype))
+
+
 # ----------------------------------------------------------------------- the backend
 def _last(batch: Batch, n: tf.Tensor) -> Batch:
     """The features at recycling index `n` (what the loss and metric see)."""
@@ -216,6 +253,14 @@ class OpenFoldBackend(WorkloadBackend):
         self.ema = WeightEMA(float(self.cfg.opt.swa_decay))
         bound = float(self.cfg.opt.clip_norm)
         return [*([ClipGradNorm(bound)] if bound > 0 else []), self.ema]
+
+    def save_state(self, folder: Path) -> None:
+        """The template's ``state.npz`` (what a TensorFlow resume reads), and beside it
+        the reference's resumable ``state.pt`` (``pickles.dump_torch_file``: written
+        without torch), as the PyTorch backend's state.pt is one."""
+        super().save_state(folder)
+        pickles.dump_torch_file(folder / REFERENCE_STATE, reference_state(
+            self.model, self.model_spec, self.optimizer, self.opt_step))
 
     def setup(self, ctx: Any) -> None:
         """The recycling counts of every step, then the template's setup."""
