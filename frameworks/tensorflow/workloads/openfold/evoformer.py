@@ -72,7 +72,9 @@ def run_blocks(blocks: Sequence[keras.layers.Layer], state: tuple[tf.Tensor, ...
             tf.cast(seed, tf.int64) + tf.constant([i, 0], tf.int64)
         if checkpointing and training:
             run = _recomputed(block, len(state), names, block_seed is not None)
-            seeds = () if block_seed is None else (block_seed,)
+            # as float64 (exact below 2**53): recompute_grad watches its inputs, and
+            # TensorFlow warns on every integer one
+            seeds = () if block_seed is None else (tf.cast(block_seed, tf.float64),)
             state = tuple(run(*seeds, *state, *extra))
         else:
             with dropout_seed(block_seed):
@@ -88,7 +90,8 @@ def _recomputed(block: keras.layers.Layer, n_state: int, names: tuple[str, ...],
     ``recompute_grad`` returns their gradients too."""
 
     def run(*tensors: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        seed, tensors = (tensors[0], tensors[1:]) if seeded else (None, tensors)
+        seed, tensors = (tf.cast(tensors[0], tf.int64), tensors[1:]) if seeded \
+            else (None, tensors)
         state, extra = tensors[:n_state], tensors[n_state:]
         with dropout_seed(seed):
             return tuple(block(*state, training=True, **dict(zip(names, extra, strict=True))))
