@@ -5,8 +5,9 @@ agree cycle for cycle; the log passes the official open rules but the 0.8 thresh
 a run resumed from its cycle-1 checkpoint ends where the uninterrupted run ends; two
 Horovod ranks with one chain each end where one rank with both ends.
 
-One TensorFlow run (``whole``: two cycles, a checkpoint after each) serves every
-comparison: its compiled step costs about a minute on two CPU cores.
+One TensorFlow run (``whole``: two cycles, a checkpoint after each), made once per session
+for every xdist worker, serves every comparison: its compiled step costs about a minute on
+two CPU cores.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from workloads.openfold.test_e2e import (  # noqa: E402
     weights,
 )
 
+from runzoo import made_once, prepared  # noqa: E402
 from sciperf import weights as weight_files  # noqa: E402
 from sciperf.data.pickles import load_torch_file  # noqa: E402
 from sciperf.results.check import check_log  # noqa: E402
@@ -50,22 +52,21 @@ RANK_ATOL = 1e-5  # one rank's batch of 2 against two ranks' mean: summation ord
 
 
 @pytest.fixture(scope="module")
-def proteins(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("openfold-tf-e2e")
-    sciperf("prepare", *SMALL, f"data.dir={root}")
-    return root
+def proteins(shared_tmp) -> Path:
+    return prepared(shared_tmp, *SMALL)
 
 
 @pytest.fixture(scope="module")
-def start(tmp_path_factory) -> Path:
+def start(shared_tmp) -> Path:
     """Starting weights both frameworks read: a seeded PyTorch mini's, canonical .npz."""
     from sciperf_pytorch import weights as torch_weights
     from sciperf_pytorch.workloads.openfold.model import AlphaFold
 
-    torch.manual_seed(3)
-    model = AlphaFold(mini_spec(), checkpointing=False)
-    path = tmp_path_factory.mktemp("openfold-start") / "start.npz"
-    return weight_files.save_npz(path, torch_weights.export_weights(model))
+    def make(folder: Path) -> None:
+        torch.manual_seed(3)
+        model = AlphaFold(mini_spec(), checkpointing=False)
+        weight_files.save_npz(folder / "start.npz", torch_weights.export_weights(model))
+    return made_once(shared_tmp, "openfold-tf-start", make) / "start.npz"
 
 
 def _train(proteins: Path, start: Path, out: Path, *extra: str, prefix=None, env=None):
@@ -77,10 +78,11 @@ def _train(proteins: Path, start: Path, out: Path, *extra: str, prefix=None, env
 
 
 @pytest.fixture(scope="module")
-def whole(proteins: Path, start: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("openfold-tf-whole") / "run"
-    _train(proteins, start, out, *TF)
-    return out
+def whole(proteins: Path, start: Path, shared_tmp) -> Path:
+    """The TensorFlow run every test reads, trained once per session (every xdist worker
+    that runs a test of this module reads the same one)."""
+    return made_once(shared_tmp, "openfold-tf-whole",
+                     lambda folder: _train(proteins, start, folder / "run", *TF)) / "run"
 
 
 def _reference_weights(out: Path, epoch: int) -> dict[str, np.ndarray]:
