@@ -16,7 +16,6 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +23,18 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 torch = pytest.importorskip("torch")
 
-from workloads.openfold.test_cli import _resumable, _System  # noqa: E402
+from workloads.openfold.test_cli import (  # noqa: E402 (the same files both frameworks refuse)
+    _a_list,
+    _extra,
+    _missing,
+    _moment_reshaped,
+    _nth,
+    _renamed,
+    _reshaped,
+    _resumable,
+    _save,
+    _System,
+)
 
 from sciperf.errors import SciperfError  # noqa: E402
 from sciperf.workloads.openfold import spec as of_spec  # noqa: E402
@@ -45,10 +55,6 @@ def target() -> tuple[AlphaFold, AdamFamily]:
                       0.0)
     return model, adam
 
-
-def _save(path: Path, obj: Any) -> Path:
-    torch.save(obj, path)
-    return path
 
 
 def test_weights_and_adam_state_land_on_their_variables(
@@ -94,9 +100,6 @@ def test_the_load_never_imports_torch(reference_state, tmp_path: Path) -> None:
     assert float(proc.stdout.split()[-1]) == pytest.approx(float(first.sum()), rel=1e-5)
 
 
-def _nth(weights: dict, i: int) -> str:
-    return list(weights)[i]
-
 
 def _nan(weights, optimizer, tmp):
     name = _nth(weights, 9)
@@ -104,31 +107,8 @@ def _nan(weights, optimizer, tmp):
     return _resumable(bad, optimizer), [f"parameter {name} holds NaN or Inf"]
 
 
-def _renamed(weights, optimizer, tmp):
-    name = _nth(weights, 7)
-    items = [(f"{k}_renamed" if k == name else k, v) for k, v in weights.items()]
-    return _resumable(dict(items), optimizer), ["parameter 7 is", f"{name}_renamed",
-                                                f"the model's is {name}"]
 
 
-def _reshaped(weights, optimizer, tmp):
-    name = _nth(weights, 12)
-    shape = list(weights[name].shape)
-    shape[0] += 1
-    return _resumable({**weights, name: torch.zeros(shape)}, optimizer), \
-        [f"parameter {name} has shape {shape}"]
-
-
-def _missing(weights, optimizer, tmp):
-    name = _nth(weights, 20)
-    return _resumable({k: v for k, v in weights.items() if k != name}, optimizer), \
-        [f"lacks parameter {name}"]
-
-
-def _moment_reshaped(weights, optimizer, tmp):
-    bad = copy.deepcopy(optimizer)
-    bad["state"][3]["exp_avg"] = torch.zeros(2)
-    return _resumable(weights, bad), [f"exp_avg of parameter {_nth(weights, 3)} has shape [2]"]
 
 
 def _moment_nan(weights, optimizer, tmp):
@@ -149,9 +129,6 @@ def _text(weights, optimizer, tmp):
     return b"not a checkpoint\n", ["not a torch.save checkpoint"]
 
 
-def _a_list(weights, optimizer, tmp):
-    return [1, 2], ["holds a list, not a state dict"]
-
 
 def _system_in_torch_file(weights, optimizer, tmp):
     return _resumable(weights, _System(tmp / "pwned")), ["system"]
@@ -162,7 +139,7 @@ def _system_in_plain_pickle(weights, optimizer, tmp):
 
 
 BAD = {"nan-weight": _nan, "renamed-key": _renamed, "wrong-shape": _reshaped,
-       "missing-tensor": _missing, "adam-moment-shape": _moment_reshaped,
+       "missing-tensor": _missing, "extra-tensor": _extra, "adam-moment-shape": _moment_reshaped,
        "adam-moment-inf": _moment_nan, "adam-steps-differ": _steps_differ, "text-file": _text,
        "a-list": _a_list, "os-system-in-torch-file": _system_in_torch_file,
        "os-system-plain-pickle": _system_in_plain_pickle}
