@@ -34,6 +34,26 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+@verb("data", "the real datasets: list, download, verify, convert (over MPI ranks), subset",
+      operands="ACTION key=value",
+      operand_help="list | download | verify | convert | subset, then Hydra overrides "
+                   "(workload=, data.dir=) and the action's words (part=, mirror=, "
+                   "train=N …)",
+      options=(("json", "list, verify: print JSON"), ("full", "verify: read every file"),
+               ("connections", None), ("force", "download: replace files that differ; "
+                                                "subset: replace --out; convert: redo all"),
+               ("out", "subset: the folder of the smaller set")),
+      examples=("sciperf data list [workload=NAME] [--json]",
+                "sciperf data download workload=NAME part=PART data.dir=DIR",
+                "sciperf data verify workload=NAME data.dir=DIR [--full]",
+                "mpirun -n 8 sciperf data convert workload=NAME data.dir=DIR",
+                "sciperf data subset workload=NAME data.dir=DIR --out SMALL train=512 "
+                "validation=64"))
+def cmd_data(args: argparse.Namespace) -> int:
+    from sciperf.tools.datatool import run
+    return run(args)
+
+
 @verb("train", "train to the target; writes OUT/result_<instance>.txt + summary.json",
       examples=("sciperf train workload=NAME framework=pytorch experiment=mini "
                 "data.dir=DIR output_dir=OUT",

@@ -21,6 +21,9 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "json": {"action": "store_true", "help": "print JSON instead of a table"},
     "system": {"metavar": "NAME", "help": "the system name of the submission tree"},
     "out": {"metavar": "DIR", "help": "where the verb writes"},
+    "full": {"action": "store_true", "help": "read every file, not a sample"},
+    "connections": {"metavar": "N", "type": int,
+                    "help": "parallel HTTPS connections per file (default 4)"},
 }
 DEBUG_HELP = "show the traceback instead of the one-line error (or SCIPERF_DEBUG=1)"
 

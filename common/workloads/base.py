@@ -13,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
 from sciperf.data.loader import CollateFn, stack
 from sciperf.data.plan import DataPlan
+from sciperf.data.sources import DataSources
+
+if TYPE_CHECKING:
+    from sciperf.data.conversion import Conversion
 
 HOT_OPS = ("conv3d", "conv2d", "matmul")  # what the frameworks' precision probes time
 
@@ -48,7 +52,11 @@ class Dataset:
     with no records, never a run that fails in its backend's setup;
     ``prepare``: ``data.source`` → ``fn(cfg, force)``;
     ``payload_bytes(model)``: one sample uncompressed (characterize, without files);
-    ``collate``: samples → one batch (variable-size samples: graphs, feature dicts).
+    ``collate``: samples → one batch (variable-size samples: graphs, feature dicts);
+    ``sources``: the real datasets, where they are published and what they hold (`sciperf
+    data list/download/verify`);
+    ``conversion``: the reference format → sciperf's npy, one job per file, that `sciperf
+    data convert` spreads over MPI ranks (None: nothing to convert).
     """
 
     formats: tuple[str, ...]  # the first is the reference format
@@ -59,6 +67,8 @@ class Dataset:
     prepare: Mapping[str, Callable[[Any, bool], None]]
     payload_bytes: Callable[[Any], int]
     collate: CollateFn = stack
+    sources: DataSources = DataSources()
+    conversion: Conversion | None = None
 
 
 @dataclass(frozen=True)

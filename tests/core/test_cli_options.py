@@ -17,11 +17,11 @@ from testkit import SCIPERF, cli
 
 
 @pytest.mark.parametrize(("argv", "option", "verbs"), [
-    (["check", "RUN", "--json"], "--json", "score, characterize"),
-    (["compare", "A", "B", "--json"], "--json", "score, characterize"),
-    (["score", "RUN", "--out", "foo"], "--out", "package, report, characterize"),
+    (["check", "RUN", "--json"], "--json", "data, score, characterize"),
+    (["compare", "A", "B", "--json"], "--json", "data, score, characterize"),
+    (["score", "RUN", "--out", "foo"], "--out", "data, package, report, characterize"),
     (["score", "RUN", "--system", "bar"], "--system", "package"),
-    (["train", "--force"], "--force", "prepare, run"),
+    (["train", "--force"], "--force", "prepare, data, run"),
     (["show", "--ruleset", "3.0.0"], "--ruleset", "check, score, package, report"),
 ])
 def test_an_option_the_verb_does_not_read_is_one_line(tmp_path, argv, option, verbs):

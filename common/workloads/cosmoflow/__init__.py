@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sciperf.data.plan import StrictPlan
 from sciperf.workloads.base import Cost, Dataset, Metric, Workload
-from sciperf.workloads.cosmoflow import bench, dali, data, flops, prepare, spec
+from sciperf.workloads.cosmoflow import bench, dali, data, flops, prepare, sources, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
@@ -17,7 +17,7 @@ WORKLOAD = Workload(
     data=spec.DataSpec,
     dataset=Dataset(formats=spec.DATA_FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
-                    reader=data.make_reader, prepare=prepare.SOURCES,
+                    reader=data.make_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
                     payload_bytes=data.payload_bytes),
     plan=StrictPlan(spec.steps_per_epoch),
     lr_for_step=spec.lr_for_step, per_step_lr=False,

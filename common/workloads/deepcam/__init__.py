@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sciperf.data.plan import UnevenPlan
 from sciperf.workloads.base import Cost, Dataset, Metric, Workload
-from sciperf.workloads.deepcam import bench, dali, data, flops, prepare, spec
+from sciperf.workloads.deepcam import bench, dali, data, flops, prepare, sources, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
@@ -21,7 +21,7 @@ WORKLOAD = Workload(
     data=spec.DataSpec,
     dataset=Dataset(formats=spec.DATA_FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
-                    reader=data.model_reader, prepare=prepare.SOURCES,
+                    reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
                     payload_bytes=data.payload_bytes),
     plan=UnevenPlan(spec.steps_per_epoch),
     lr_for_step=spec.lr_at_step, per_step_lr=True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sciperf.data.plan import UnevenPlan
 from sciperf.workloads.base import Cost, Dataset, Metric, Workload
-from sciperf.workloads.oc20 import bench, data, flops, prepare, spec
+from sciperf.workloads.oc20 import bench, data, flops, prepare, sources, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
@@ -23,7 +23,7 @@ WORKLOAD = Workload(
     data=spec.DataSpec,
     dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
-                    reader=data.model_reader, prepare=prepare.SOURCES,
+                    reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
                     payload_bytes=data.payload_bytes, collate=data.collate),
     plan=UnevenPlan(spec.steps_per_epoch),
     lr_for_step=spec.lr_at_step, per_step_lr=True,

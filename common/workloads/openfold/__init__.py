@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from sciperf.data.plan import SampledPlan
 from sciperf.workloads.base import Cost, Dataset, Metric, Workload
-from sciperf.workloads.openfold import bench, data, flops, prepare, spec
+from sciperf.workloads.openfold import bench, data, flops, prepare, sources, spec
 
 WORKLOAD = Workload(
     name=spec.NAME,
@@ -31,7 +31,7 @@ WORKLOAD = Workload(
     data=spec.DataSpec,
     dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
-                    reader=data.model_reader, prepare=prepare.SOURCES,
+                    reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
                     payload_bytes=data.payload_bytes, collate=data.collate),
     # chains drawn with replacement by the reference's sampler; an epoch is one
     # train/validation cycle; validation evaluates one whole chain per batch
