@@ -10,7 +10,7 @@ workload contract").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -56,7 +56,11 @@ class Dataset:
     ``sources``: the real datasets, where they are published and what they hold (`sciperf
     data list/download/verify`);
     ``conversion``: the reference format → sciperf's npy, one job per file, that `sciperf
-    data convert` spreads over MPI ranks (None: nothing to convert).
+    data convert` spreads over MPI ranks (None: nothing to convert);
+    ``pack(folder, number, fmt, samples)``: where samples are records inside a container
+    other samples share (OC20's LMDB), writes samples as the reader returned them as
+    container `number` of a split folder and returns its files — how `sciperf data subset`
+    carves a smaller set (None: samples are whole files, linked or copied).
     """
 
     formats: tuple[str, ...]  # the first is the reference format
@@ -68,6 +72,7 @@ class Dataset:
     payload_bytes: Callable[[Any], int]
     collate: CollateFn = stack
     sources: DataSources = DataSources()
+    pack: Callable[[Path, int, str, Sequence[Any]], list[Path]] | None = None
     conversion: Conversion | None = None
 
 

@@ -24,6 +24,7 @@ WORKLOAD = Workload(
     dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
+                    pack=data.pack,
                     payload_bytes=data.payload_bytes, collate=data.collate),
     plan=UnevenPlan(spec.steps_per_epoch),
     lr_for_step=spec.lr_at_step, per_step_lr=True,

@@ -26,7 +26,7 @@ checks above, and the reader the loaders call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,15 @@ def sample_files(path: Path, fmt: str) -> list[Path]:
     if fmt == "lmdb":
         return [container]
     return [container / f"{name}.npy" for name in SHARD_ARRAYS]
+
+
+def pack(folder: Path, number: int, fmt: str, structures: Sequence[Mapping[str, Any]]
+         ) -> list[Path]:
+    """Structures as the reader returned them, written as container `number` of a split
+    folder (`sciperf data subset`); returns the container's files."""
+    path = folder / CONTAINER[fmt].format(number)
+    (write_lmdb if fmt == "lmdb" else write_shard)(path, structures)
+    return sample_files(path / "0", fmt)
 
 
 def split_sample(path: Path) -> tuple[Path, int]:
