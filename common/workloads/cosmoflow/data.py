@@ -14,6 +14,7 @@ holds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from sciperf.data import npy
+from sciperf.data.conversion import Conversion, Job, npy_pair_jobs, remove_orphan_pairs
 from sciperf.data.layout import SampleLayout
 from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
 from sciperf.data.layout import sample_files as sample_files
@@ -107,6 +109,26 @@ def write_sample(folder: Path, name: str, fmt: str, x: np.ndarray, y: np.ndarray
         tfrecord.write_sample(path, x.astype("<i2"), y.astype(np.float32))
         return path
     return npy.write_pair(folder, name, x.astype(np.int16), y.astype(np.float32))
+
+
+def _convert_sample(job: Job) -> int:
+    """One TFRecord sample as the npy pair beside it, checked as every read checks it; its
+    cube size is read from the file (no model config says it)."""
+    try:
+        x, y = tfrecord.read_cube(job.source, spec.SAMPLE_SHAPE[-1])
+    except (TFRecordError, OSError) as exc:
+        raise SciperfError(str(exc)) from exc
+    check_values(job.source, x, non_negative(x), job.source, y)
+    data = job.outputs[-1]
+    write_sample(data.parent, data.name[: -len(SUFFIX["npy"])], "npy", x, y)
+    return 1
+
+
+# tfrecord → npy beside each sample; npy samples whose TFRecord is gone are removed first
+CONVERSION = Conversion(source="tfrecord", target="npy",
+                        jobs=functools.partial(npy_pair_jobs, LAYOUT, fmt="tfrecord"),
+                        convert=_convert_sample,
+                        before=functools.partial(remove_orphan_pairs, LAYOUT, fmt="tfrecord"))
 
 
 def transform(x: np.ndarray) -> np.ndarray:

@@ -1,18 +1,21 @@
-"""CosmoFlow's `sciperf prepare` sources: synthetic universes, or an existing dataset (every
-sample read and checked)."""
+"""CosmoFlow's `sciperf prepare` sources: synthetic universes, the reference TFRecords → npy,
+or an existing dataset (every sample read and checked)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import conversion
 from sciperf.data.layout import check_writable
 from sciperf.data.loader import BatchLoader
 from sciperf.data.sharding import shard
 from sciperf.distributed import discover
 from sciperf.progress import Progress
-from sciperf.workloads.cosmoflow import synthetic
+from sciperf.workloads.cosmoflow import data, synthetic
 from sciperf.workloads.cosmoflow.data import SampleReader, list_samples
+
+CONVERSION = data.CONVERSION  # the contract's Dataset.conversion
 
 
 def _request(cfg: Any) -> synthetic.GenerateRequest:
@@ -33,6 +36,19 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
     synthetic.generate(req)
     print(f"wrote {req.train_samples}+{req.eval_samples} synthetic {req.fmt} universes "
           f"({req.size}³×4) to {req.root}")
+
+
+def convert(cfg: Any, force: bool = False) -> None:
+    """Reference TFRecords → npy beside them (:data:`CONVERSION`), spread over the ranks of
+    a launched prepare."""
+    root = Path(cfg.data.dir)
+    check_writable(root)
+    result = conversion.run(CONVERSION.for_config(cfg), root, force=force,
+                            program="sciperf prepare", summary=False)
+    if result.reports:
+        skipped = f", {result.skipped} already converted" if result.skipped else ""
+        print(f"converted {result.converted} tfrecord samples to npy under {root}{result.share}"
+              f"{skipped}")
 
 
 def verify_existing(cfg: Any, force: bool = False) -> None:
@@ -61,4 +77,4 @@ def _read_all(files: list[Path], reader: SampleReader, workers: int, label: str)
         bar.update()
 
 
-SOURCES = {"synthetic": prepare_synthetic, "existing": verify_existing}
+SOURCES = {"synthetic": prepare_synthetic, "existing": verify_existing, "convert": convert}

@@ -67,7 +67,29 @@ def read_sample(path: PathLike, shape: tuple[int, ...]) -> tuple[np.ndarray, np.
     name = os.fspath(path)
     features = read_example(path)
     x = _decode_x(feature_parts(features, "x", "bytes_list", name), shape, name)
+    return x, _targets(features, name)
+
+
+def read_cube(path: PathLike, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Read one sample whose cube size no config gives (a conversion): (int16 array of
+    size³ × `channels`, float32 array of 4). The size follows from the bytes of ``x``,
+    which must make a whole cube of `channels` int16 values, else TFRecordError naming
+    the file."""
+    name = os.fspath(path)
+    features = read_example(path)
+    parts = feature_parts(features, "x", "bytes_list", name)
+    held = len(parts[0]) if len(parts) == 1 else 0
+    size = round((held / 2 / channels) ** (1 / 3))
+    if len(parts) == 1 and (size < 1 or size**3 * channels * 2 != held):
+        raise TFRecordError(f"{name}: feature 'x' has {held} bytes, not a cube of "
+                            f"{channels} int16 channels (size³ × {channels} × 2 bytes)")
+    x = _decode_x(parts, (size, size, size, channels), name)
+    return x, _targets(features, name)
+
+
+def _targets(features: dict, name: str) -> np.ndarray:
+    """The 4 float32 targets of feature ``y``."""
     y = floats(feature_parts(features, "y", "float_list", name))
     if y.shape != (4,):
         raise TFRecordError(f"{name}: feature 'y' has {y.size} floats, expected 4")
-    return x, y
+    return y

@@ -14,6 +14,7 @@ framework adapters turn them into NCHW-with-channels-last-memory or NHWC tensors
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sciperf.data import conversion
+from sciperf.data.conversion import Conversion, Job, npy_pair_jobs, remove_orphan_pairs
 from sciperf.data.layout import label_path as label_path  # the format's API, re-exported
 from sciperf.data.layout import sample_files as sample_files
 from sciperf.data.partials import files_digest, gather, write_part
@@ -57,6 +60,7 @@ from sciperf.workloads.deepcam.stats import (
 )
 
 __all__ = [
+    "CONVERSION",
     "DATA_BOUND",
     "DATA_KEY",
     "H5_WRITE_ERRORS",
@@ -207,36 +211,26 @@ def payload_bytes(model: spec.ModelSpec) -> int:
 
 
 # --- hdf5 → npy -----------------------------------------------------------------------------
-def _remove_orphans(folder: Path, stems: set[str]) -> None:
-    """The npy samples (data + label) of `folder` whose hdf5 source is not in `stems`."""
-    for path in sorted(folder.glob(f"*{SUFFIX['npy']}")):
-        if path.name[: -len(SUFFIX["npy"])] not in stems:
-            path.unlink(missing_ok=True)
-            label_path(path).unlink(missing_ok=True)
+def _convert_sample(job: Job) -> int:
+    """One hdf5 sample as the npy pair beside it, read with every check (no model shape)."""
+    x, y = read_raw(job.source, "hdf5")
+    data = job.outputs[-1]
+    write_sample(data.parent, data.name[: -len(SUFFIX["npy"])], "npy", x, y)
+    return 1
 
 
-def convert(root: str | Path, show_progress: bool = True, rank: int = 0,
-            world: int = 1, force: bool = False) -> int:
-    """hdf5 → npy beside each sample (`sciperf prepare data.source=convert`); returns how
-    many this rank handled (its strided share when launched as `world` ranks). Files
-    already converted (npy newer than the hdf5) are skipped unless `force`; npy samples
-    whose hdf5 is gone are removed (they were trained on: 16 npy beside 15 hdf5)."""
-    root = Path(root)
-    pairs = []
-    for split in spec.SPLITS:
-        sources = list_samples(root, split, "hdf5")
-        for src in sources:
-            dst = src.with_name(src.name[: -len(SUFFIX["hdf5"])] + SUFFIX["npy"])
-            pairs.append((src, dst))
-        if rank == 0:
-            _remove_orphans(root / split, {src.name[: -len(SUFFIX["hdf5"])] for src in sources})
-    pairs = shard(pairs, rank, world)
-    bar = Progress(len(pairs), "converting hdf5 → npy", enabled=show_progress and rank == 0)
-    for src, dst in pairs:
-        if force or not (dst.is_file() and label_path(dst).is_file()
-                         and dst.stat().st_mtime >= src.stat().st_mtime):
-            x, y = read_raw(src, "hdf5")
-            name = dst.name[: -len(SUFFIX["npy"])]
-            write_sample(dst.parent, name, "npy", x, y)
-        bar.update()
-    return len(pairs)
+# hdf5 → npy beside each sample; npy samples whose hdf5 is gone are removed first (a run
+# would train on them beside the converted ones)
+CONVERSION = Conversion(source="hdf5", target="npy",
+                        jobs=functools.partial(npy_pair_jobs, LAYOUT, fmt="hdf5"),
+                        convert=_convert_sample,
+                        before=functools.partial(remove_orphan_pairs, LAYOUT, fmt="hdf5"))
+
+
+def convert(root: str | Path, show_progress: bool = True, force: bool = False) -> int:
+    """hdf5 → npy beside each sample (:data:`CONVERSION`, this launch's share of it);
+    returns how many samples this rank handled. Samples already converted (npy not older
+    than the hdf5) are skipped unless `force`."""
+    result = conversion.run(CONVERSION, root, force=force, show_progress=show_progress,
+                            summary=False)
+    return result.converted + result.skipped

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sciperf.data import conversion
 from sciperf.data.layout import check_writable
 from sciperf.data.loader import BatchLoader
 from sciperf.data.sharding import shard
@@ -16,6 +17,8 @@ from sciperf.distributed import discover
 from sciperf.progress import Progress
 from sciperf.workloads.deepcam import data as dc
 from sciperf.workloads.deepcam import synthetic as climate
+
+CONVERSION = dc.CONVERSION  # the contract's Dataset.conversion
 
 
 def prepare_synthetic(cfg: Any, force: bool = False) -> None:
@@ -37,16 +40,20 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
 
 
 def convert(cfg: Any, force: bool = False) -> None:
-    """Reference hdf5 → npy beside it, each rank of a launched prepare its share."""
+    """Reference hdf5 → npy beside it (:data:`CONVERSION`), spread over the ranks of a
+    launched prepare."""
     root = Path(cfg.data.dir)
     check_writable(root)
-    info = discover()
-    count = dc.convert(root, rank=info.rank, world=info.world, force=force)
-    share = f" (rank {info.rank}'s share of {info.world})" if info.world > 1 else ""
+    result = conversion.run(CONVERSION.for_config(cfg), root, force=force,
+                            program="sciperf prepare", summary=False)
+    if not result.reports:
+        return
+    skipped = f", {result.skipped} already converted" if result.skipped else ""
     stats_file = dc.stats_path(root)
     where = f"stats: {stats_file}" if stats_file.is_file() else \
         "no stats.h5 yet: data.source=stats computes it"
-    print(f"converted {count} hdf5 samples to npy under {root}{share} ({where})")
+    print(f"converted {result.converted} hdf5 samples to npy under {root}{result.share}{skipped} "
+          f"({where})")
 
 
 def stats(cfg: Any, force: bool = False) -> None:

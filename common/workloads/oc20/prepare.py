@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from sciperf.data import atomic
+from sciperf.data import atomic, conversion
+from sciperf.data.conversion import Conversion, Job
 from sciperf.data.layout import check_writable
 from sciperf.data.sharding import shard as rank_shard
 from sciperf.distributed import discover
@@ -41,43 +43,68 @@ def prepare_synthetic(cfg: Any, force: bool = False) -> None:
           f"{stats['force_mae_of_zero']:.4f} eV/Å")
 
 
-def convert(cfg: Any, force: bool = False) -> None:
-    """Reference LMDB containers → npy shards beside them (same numbering), every record
-    checked on the way; each rank of a launched prepare converts containers[rank::world]."""
-    root = Path(cfg.data.dir)
-    check_writable(root)
-    info = discover()
-    reader = data.StructureReader("lmdb", float(cfg.model.cutoff))
-    every = [(split, c) for split in spec.SPLITS for c in data.containers(root, split, "lmdb")]
-    if info.rank == 0:
-        _remove_stale_shards(root, every)
-    mine = every[info.rank::info.world]
-    total = sum(data.record_count(c, "lmdb") for _, c in mine)
-    bar = Progress(total, "lmdb → npy", unit="structures", enabled=True)
-    for split, container in mine:
-        number = container.name[len("data."):-len(".lmdb")]
-        if not number.isdigit():
-            raise SciperfError(f"{container}: not named data.NNNN.lmdb")
-        n = data.record_count(container, "lmdb")
-        structures = [reader(container / str(i)) for i in range(n)]
-        data.write_shard(root / split / f"shard.{number}", structures)
-        bar.update(n)
-    reader.close()
-    share = f" (rank {info.rank}'s share of {info.world})" if info.world > 1 else ""
-    print(f"converted {total} structures in {len(mine)} LMDB files to npy shards under "
-          f"{root}{share}")
+def _jobs(root: Path) -> list[Job]:
+    """Every reference container of both splits and the npy shard of its number."""
+    jobs = []
+    for split in spec.SPLITS:
+        for container in data.containers(root, split, "lmdb"):
+            number = container.name[len("data."):-len(".lmdb")]
+            if not number.isdigit():
+                raise SciperfError(f"{container}: not named data.NNNN.lmdb")
+            jobs.append(Job(container, (root / split / f"shard.{number}",)))
+    return jobs
 
 
-def _remove_stale_shards(root: Path, lmdbs: list[tuple[str, Path]]) -> None:
+def _convert_container(job: Job, cutoff: float) -> int:
+    """One LMDB container as its npy shard, every record checked on the way (edges
+    against `cutoff`); returns its structures."""
+    reader = data.StructureReader("lmdb", cutoff)
+    try:
+        n = data.record_count(job.source, "lmdb")
+        structures = [reader(job.source / str(i)) for i in range(n)]
+    finally:
+        reader.close()
+    data.write_shard(job.outputs[0], structures)
+    return n
+
+
+def _remove_stale_shards(root: Path) -> None:
     """Shards of an earlier conversion whose LMDB is gone: a run would read them as data."""
-    wanted = {(split, c.name[len("data."):-len(".lmdb")]) for split, c in lmdbs}
     for split in spec.SPLITS:
         folder = root / split
-        for shard in sorted(folder.glob("shard.*")) if folder.is_dir() else []:
-            if (split, shard.name[len("shard."):]) not in wanted:
+        if not folder.is_dir():
+            continue
+        for shard in sorted(folder.glob("shard.*")):
+            number = shard.name[len("shard."):]
+            if not (folder / f"data.{number}.lmdb").is_file():
                 shutil.rmtree(shard)
-                print(f"removed {shard}: no {split}/data.{shard.name[len('shard.'):]}.lmdb "
-                      "beside it (left from an earlier conversion)")
+                print(f"removed {shard}: no {split}/data.{number}.lmdb beside it (left from "
+                      "an earlier conversion)")
+
+
+def _conversion(cutoff: float) -> Conversion:
+    """Reference LMDB containers → npy shards beside them (same numbering), every record
+    checked against the model's `cutoff`."""
+    return Conversion(source="lmdb", target="npy", jobs=_jobs,
+                      convert=functools.partial(_convert_container, cutoff=cutoff),
+                      before=_remove_stale_shards, unit="structures",
+                      configure=lambda cfg: _conversion(float(cfg.model.cutoff)))
+
+
+CONVERSION = _conversion(spec.ModelSpec.cutoff)  # the contract's Dataset.conversion
+
+
+def convert(cfg: Any, force: bool = False) -> None:
+    """Reference LMDB containers → npy shards beside them (:data:`CONVERSION` for the
+    model's cutoff), spread over the ranks of a launched prepare."""
+    root = Path(cfg.data.dir)
+    check_writable(root)
+    result = conversion.run(CONVERSION.for_config(cfg), root, force=force,
+                            program="sciperf prepare", summary=False)
+    if result.reports:
+        skipped = f"; {result.skipped} already converted" if result.skipped else ""
+        print(f"converted {result.samples} structures in {result.converted} LMDB files to "
+              f"npy shards under {root}{result.share}{skipped}")
 
 
 def verify_existing(cfg: Any, force: bool = False) -> None:
