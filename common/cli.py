@@ -209,6 +209,22 @@ def _plain_value(value: Any) -> str:
     return "(unset)" if value is None else str(value)
 
 
+@verb("project", "performance model: time to train a workload on a described system "
+                 "(roofline, all-reduce, input, staging, RCP epochs), or the model checked "
+                 "against published result trees",
+      operand_help="Hydra overrides (workload=, system=, system.accelerator=, "
+                   "system.nodes=, train.global_batch_size= …), or result trees",
+      options=(("json", "print JSON instead of the table"),),
+      examples=("sciperf project workload=NAME system=perlmutter-like system.accelerator=A100 "
+                "system.nodes=128 train.global_batch_size=512",
+                "sciperf project workload=NAME system.accelerator=H100 "
+                "system.accelerators_per_node=8 system.nodes=64",
+                "sciperf project hpc_results_v2.0 hpc_results_v3.0   # the model's check"))
+def cmd_project(args: argparse.Namespace) -> int:
+    from sciperf.tools.project import run
+    return run(args)
+
+
 @verb("run", "the main job: prepare (if missing) + train + check",
       options=(("force", "regenerate existing synthetic data first"),),
       examples=("sciperf run workload=NAME framework=pytorch experiment=mini",

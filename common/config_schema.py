@@ -108,6 +108,13 @@ class SystemConfig:
     setup: list[str] = field(default_factory=list)  # shell lines the batch script runs first
     peak_flops: float | None = None  # FLOP/s per node: roofline ceiling (`sciperf characterize`)
     peak_io_bw: float | None = None  # bytes/s per node from the data source (roofline ceiling)
+    # `sciperf project`: the accelerator (a table name such as H100, or a description's
+    # words) and what the table's figures are replaced by, or what it lacks
+    accelerator: str | None = None
+    mem_bw: float | None = None  # memory (HBM) bytes/s per node
+    injection_bw: float | None = None  # node-to-node bytes/s per node
+    fs_bw: float | None = None  # shared file system bytes/s, aggregate
+    local_bw: float | None = None  # node-local storage read bytes/s per node
 
 
 @dataclass

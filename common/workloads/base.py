@@ -11,7 +11,7 @@ workload contract").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -198,13 +198,16 @@ class Cost:
     models whose output is itself a derivative (OC20's forces) or that recycle
     (OpenFold); None: forward + backward and the forward (characterize's convention);
     ``on_data(model, folder, fmt, samples)``: the :class:`DataCost` where the data sets
-    the cost (OC20's graphs); None: every sample costs the typical one.
+    the cost (OC20's graphs); None: every sample costs the typical one;
+    ``efficiency``: accelerator kind → the share of the roofline a step reaches, the one
+    factor `sciperf project` calibrates per (workload, accelerator kind).
     """
 
     layers: Callable[[Any], list[Layer]]
     hot_op: str = "matmul"
     passes: tuple[float, float] | None = None
     on_data: Callable[[Any, Path, str, list[Path]], DataCost] | None = None
+    efficiency: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.hot_op not in HOT_OPS:

@@ -21,3 +21,14 @@ def layers(model: ModelSpec) -> list[Layer]:
         else:
             out.append(Layer(name, "dense", n_weights, n_weights + shape[-1], shape[-1]))
     return out
+
+
+# `sciperf project`'s one calibrated number per accelerator kind: the share of the roofline
+# a training step reaches (η), fitted on the published MLPerf HPC v2.0 + v3.0 groups
+# (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
+EFFICIENCY = {
+    "A100": 0.06,  # 5 groups
+    "A64FX": 0.0612,  # 4 groups
+    "H100": 0.0644,  # 2 groups
+    "V100": 0.0184,  # 1 group
+}

@@ -22,6 +22,7 @@ WORKLOAD = Workload(
     dataset=Dataset(formats=spec.DATA_FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
+                    conversion=prepare.CONVERSION,
                     payload_bytes=data.payload_bytes),
     plan=UnevenPlan(spec.steps_per_epoch),
     lr_for_step=spec.lr_at_step, per_step_lr=True,
@@ -30,5 +31,6 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    cost=Cost(flops.layers, hot_op="conv2d"), bench=bench.CASES, dali=dali.FORMAT,
+    cost=Cost(flops.layers, hot_op="conv2d", efficiency=flops.EFFICIENCY),
+    bench=bench.CASES, dali=dali.FORMAT,
 )

@@ -50,3 +50,13 @@ def _positions(model: ModelSpec, factor: int) -> int:
     """Pixels of a feature map at `factor`× downsampling ('same' padding; the input
     divides by the output stride 16, ModelSpec.check())."""
     return (int(model.height) // factor) * (int(model.width) // factor)
+
+
+# `sciperf project`'s one calibrated number per accelerator kind: the share of the roofline
+# a training step reaches (η), fitted on the published MLPerf HPC v2.0 + v3.0 groups
+# (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
+EFFICIENCY = {
+    "A100": 0.13,  # 10 groups
+    "H100": 0.168,  # 2 groups
+    "V100": 0.037,  # 1 group
+}

@@ -24,6 +24,7 @@ WORKLOAD = Workload(
     dataset=Dataset(formats=data.FORMATS, splits=spec.SPLITS,
                     list_samples=data.list_samples, sample_files=data.sample_files,
                     reader=data.model_reader, prepare=prepare.SOURCES, sources=sources.SOURCES,
+                    conversion=prepare.CONVERSION,
                     pack=data.pack,
                     payload_bytes=data.payload_bytes, collate=data.collate),
     plan=UnevenPlan(spec.steps_per_epoch),
@@ -33,6 +34,7 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    cost=Cost(flops.layers, passes=spec.FLOPS_PASSES, on_data=flops.cost_on_data),
+    cost=Cost(flops.layers, passes=spec.FLOPS_PASSES, on_data=flops.cost_on_data,
+              efficiency=flops.EFFICIENCY),
     bench=bench.CASES,
 )

@@ -152,3 +152,12 @@ def cost_on_data(model: ModelSpec, folder: Path, fmt: str,
               f"atoms, {sizes.edges:.1f} edges, {sizes.triplets:.1f} triplets")
     return DataCost(layers_for(model, sizes.atoms, sizes.edges, sizes.triplets), source,
                     {"atoms": sizes.atoms, "edges": sizes.edges})
+
+
+# `sciperf project`'s one calibrated number per accelerator kind: the share of the roofline
+# a training step reaches (η), fitted on the published MLPerf HPC v2.0 + v3.0 groups
+# (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
+EFFICIENCY = {
+    "A100": 0.0457,  # 7 groups
+    "H100": 0.0586,  # 2 groups
+}

@@ -43,6 +43,6 @@ WORKLOAD = Workload(
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
     check_config=spec.check_config, check_run=spec.check_run,
-    cost=Cost(flops.layers, passes=flops.FLOPS_PASSES),
+    cost=Cost(flops.layers, passes=flops.FLOPS_PASSES, efficiency=flops.EFFICIENCY),
     bench=bench.CASES,
 )

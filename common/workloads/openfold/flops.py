@@ -479,3 +479,12 @@ def _heads(t: _Tally, s: SampleSizes) -> None:
 # for every configuration: the mini's are 5.30 and 3.97, its heads and structure module
 # weigh more).
 FLOPS_PASSES = passes(ModelSpec())
+
+
+# `sciperf project`'s one calibrated number per accelerator kind: the share of the roofline
+# a training step reaches (η), fitted on the published MLPerf HPC v2.0 + v3.0 groups
+# (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
+EFFICIENCY = {
+    "A100": 0.0652,  # 3 groups
+    "H100": 0.0593,  # 2 groups
+}
