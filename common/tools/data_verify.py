@@ -13,7 +13,8 @@ there), then a summary; exit 0 when there is none, 1 otherwise. The format check
   counts: they are reported, not checked. The summary names the counts' origin.
 * **Files.** Every file of every sample exists (samples that are records inside shared
   containers: those of the samples read below, the containers having been opened by the
-  listing). Every file of ``sciperf_files.json`` is present with its recorded size. Its
+  listing). Every file of ``sciperf_files.json`` is present with its recorded size (an
+  archive `download` unpacked may be gone: its unpacked marker stands for it). Its
   SHA-256 is compared, with ``--full``, for every recorded file; without, for the
   recorded files at the top of the data directory up to :data:`SMALL` bytes (what every
   sample shares: statistics, indexes, tables) and for up to :data:`HASHED` recorded files
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import filemanifest, manifest
+from sciperf.data import download, filemanifest, manifest
 from sciperf.data.sources import DataSources
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
@@ -237,7 +238,8 @@ def _recorded(root: Path, full: bool, picked: list[Path],
         try:
             size = path.stat().st_size
         except OSError:
-            problems.add(path, f"{path}: missing (recorded in {filemanifest.MANIFEST})")
+            if not download.unpacked_marker(path).is_file():  # an archive unpacked, removed
+                problems.add(path, f"{path}: missing (recorded in {filemanifest.MANIFEST})")
             continue
         if size != entry["size"]:
             problems.add(path, f"{path}: {size} bytes, {filemanifest.MANIFEST} records "
