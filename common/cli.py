@@ -134,14 +134,20 @@ def cmd_package(args: argparse.Namespace) -> int:
 @verb("report", "Markdown + PNG + HTML report comparing runs (scores, time breakdown, "
                 "convergence curves, scaling)",
       operands="RESULTS", operand_help="run folders, submission trees or result files",
-      options=(("out", "the report folder (default ./report)"), ("ruleset", None)),
-      examples=("sciperf report OUT_pytorch OUT_tensorflow --out report",))
+      options=(("out", "the report folder (default ./report)"), ("ruleset", None),
+               ("json", "print report.json (every table's and figure's numbers) instead of "
+                        "the summary line")),
+      examples=("sciperf report OUT_pytorch OUT_tensorflow --out report",
+                "sciperf report hpc_results_v3.0/*/ --out round --json > round.json"))
 def cmd_report(args: argparse.Namespace) -> int:
     from sciperf.results.report import report
     if not args.overrides:
         raise SciperfError("usage: sciperf report RESULT_DIR|RESULT_FILE [...] [--out DIR]")
     out = report(args.overrides, args.out or "report", ruleset=args.ruleset)
-    print(f"wrote {out}/report.md, {out}/report.html and "
+    if args.json:
+        print((out / "report.json").read_text(), end="")
+        return 0
+    print(f"wrote {out}/report.md, {out}/report.html, {out}/report.json and "
           f"{len(list(out.glob('*.png')))} PNG plots")
     return 0
 

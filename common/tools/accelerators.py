@@ -123,3 +123,10 @@ def find(description: str) -> Accelerator | None:
 def names() -> list[str]:
     """The table's accelerators by name (the `system.accelerator=` values it knows)."""
     return [a.name for a in TABLE]
+
+
+def peak_flops(description: str, precision: str) -> float | None:
+    """Dense FLOP/s at `precision` of the accelerator a description names (None: not in
+    the table, or no peak at that precision)."""
+    found = find(description)
+    return found.peak.get(precision) if found else None

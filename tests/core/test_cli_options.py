@@ -17,8 +17,8 @@ from testkit import SCIPERF, cli
 
 
 @pytest.mark.parametrize(("argv", "option", "verbs"), [
-    (["check", "RUN", "--json"], "--json", "data, score, characterize, project"),
-    (["compare", "A", "B", "--json"], "--json", "data, score, characterize, project"),
+    (["check", "RUN", "--json"], "--json", "data, score, report, characterize, project"),
+    (["compare", "A", "B", "--json"], "--json", "data, score, report, characterize, project"),
     (["score", "RUN", "--out", "foo"], "--out", "data, package, report, characterize"),
     (["score", "RUN", "--system", "bar"], "--system", "package"),
     (["train", "--force"], "--force", "prepare, data, run"),

@@ -17,7 +17,9 @@ from sciperf.results.package import RunDir, plan, write_tree
 
 RESULTS_DIR = Path(results_pkg.__file__).parent
 # the modules that read or write the tree through `tree`, never by its names
-USERS = ("score.py", "package.py", "logs.py", "report.py", "compare.py")
+USERS = ("score.py", "package.py", "logs.py", "report.py", "compare.py", "report_compute.py",
+         "report_document.py", "report_figures.py", "report_groups.py", "report_rcp.py",
+         "report_systems.py", "report_tables.py")
 NAMES = {tree.RESULTS, tree.SYSTEMS, tree.SCALING, tree.STRONG, tree.WEAK, tree.RESULT_GLOB}
 NV = "NVIDIA/results/eos_n64_ngc23.09_pytorch/strong/cosmoflow"
 NV_SYSTEM = "NVIDIA/systems/eos_n64_ngc23.09_pytorch.json"
