@@ -297,3 +297,16 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
         "opt_gradient_clip_norm": float(o.grad_clip),
         "sequence_length": int(cfg.model.context),
     }
+
+# GPT-2's initialisation (HF GPT2Config.initializer_range; nanoGPT's scaled residual init):
+# every matrix and table normal with std INIT_STD, a residual projection's (two per block
+# add into the stream) INIT_STD/√(2·n_layer); biases zero, LayerNorm ones and zeros
+INIT_STD = 0.02
+RESIDUAL_LAYER = "c_proj"  # the projections that write into the residual stream
+
+
+def init_std(layer: str, n_layer: int) -> float:
+    """The normal init's std of canonical layer `layer`'s matrix."""
+    if layer.rpartition("/")[2] == RESIDUAL_LAYER:
+        return INIT_STD / math.sqrt(2 * n_layer)
+    return INIT_STD
