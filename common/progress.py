@@ -44,11 +44,18 @@ class Progress:
     def _print(self, now: float) -> None:
         if not self.enabled:
             return
+        self.emit(self.line(now), final=self.done >= self.total)
+
+    def line(self, now: float) -> str:
+        """The progress line at `now` (a subclass counting other units words its own)."""
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         pct = 100.0 * self.done / max(self.total, 1)
-        text = (f"{self.label}: {self.done}/{self.total} {self.unit} ({pct:5.1f}%) "
+        return (f"{self.label}: {self.done}/{self.total} {self.unit} ({pct:5.1f}%) "
                 f"{rate:.1f} {self.unit}/s, ETA {fmt_duration(eta)}")
-        end = "\n" if (not self._tty or self.done >= self.total) else ""
+
+    def emit(self, text: str, final: bool) -> None:
+        """One line on stderr: redrawn in place on a terminal, whole lines in logs."""
+        end = "\n" if (not self._tty or final) else ""
         print(("\r" if self._tty else "") + text, end=end, file=sys.stderr, flush=True)

@@ -25,7 +25,6 @@ import lzma
 import os
 import shutil
 import ssl
-import sys
 import tarfile
 import threading
 import time
@@ -159,16 +158,16 @@ class ByteProgress(Progress):
         if not self.enabled:
             return
         self.shown = True
+        self.emit(self.line(now), final=last)
+
+    def line(self, now: float) -> str:
         rate = (self.done - self.already) / max(now - self.start, 1e-9)
-        if self.total:
-            pct = 100.0 * self.done / self.total
-            eta = (self.total - self.done) / rate if rate > 0 else 0.0
-            text = (f"{self.label}: {human(self.done)} of {human(self.total)} ({pct:5.1f}%) "
-                    f"{human(rate)}/s, ETA {fmt_duration(eta)}")
-        else:
-            text = f"{self.label}: {human(self.done)} {human(rate)}/s"
-        end = "\n" if (not self._tty or last) else ""
-        print(("\r" if self._tty else "") + text, end=end, file=sys.stderr, flush=True)
+        if not self.total:
+            return f"{self.label}: {human(self.done)} {human(rate)}/s"
+        pct = 100.0 * self.done / self.total
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        return (f"{self.label}: {human(self.done)} of {human(self.total)} ({pct:5.1f}%) "
+                f"{human(rate)}/s, ETA {fmt_duration(eta)}")
 
 
 def fetch(url: str, dest: Path, *, size: int | None = None, md5: str | None = None,
