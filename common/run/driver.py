@@ -38,6 +38,7 @@ from sciperf.run.files import (
     check_init_files,
     check_reader,
     resolve_files,
+    resolve_target,
     result_file,
     stage,
     weights_file,
@@ -83,6 +84,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
     # dataset is a refusal, not a run that stopped (docs/architecture.md, rule 10)
     plan = resolve_files(cfg, info, workload)
     check_reader(cfg, workload)  # what every sample shares (a statistics file, an index)
+    cfg = resolve_target(cfg, workload)  # the data may set it (a synthetic set's floor)
     if cfg.data.stage_dir:  # a stage_dir that is a file, read-only or inside data.dir was
         # refused only after the run's records were written
         stage_root(cfg.data.stage_dir, cfg.data.dir, cfg.workload)  # overlap: no probe

@@ -71,6 +71,19 @@ def check_reader(cfg: Any, workload: Workload) -> None:
     workload.dataset.reader(cfg.data.dir, cfg.data.format, workload.model_spec(cfg))
 
 
+def resolve_target(cfg: Any, workload: Workload) -> Any:
+    """`cfg` with ``train.target`` the one the run stops at (``Workload.run_target``: the
+    configured value, or one the workload derives from its data), checked against the
+    metric's values — before output_dir is claimed, so the records, the summary and the
+    stop rule all read the same number."""
+    try:
+        target = float(workload.run_target(cfg))
+        workload.metric.check_target(target, workload.name)
+    except ValueError as exc:
+        raise SciperfError(str(exc)) from None
+    return OmegaConf.merge(cfg, {"train": {"target": target}})
+
+
 def stage(cfg: Any, info: RankInfo, files: list[list[Path]], mll: MLLogger,
           workload: Workload) -> tuple[list[list[Path]], StageReport | None]:
     """Copy this rank's files to `data.stage_dir` (MLLOG staging_start/stop around it)

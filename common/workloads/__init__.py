@@ -21,6 +21,7 @@ REGISTRY = {
     "deepcam": "sciperf.workloads.deepcam",
     "oc20": "sciperf.workloads.oc20",
     "openfold": "sciperf.workloads.openfold",
+    "gpt2": "sciperf.workloads.gpt2",
 }
 BUILT_IN = tuple(REGISTRY)
 DEFAULT = "cosmoflow"  # what `sciperf run` trains when no workload is named

@@ -218,6 +218,11 @@ def _no_check(cfg: Any) -> None:
     """Nothing to check."""
 
 
+def _configured_target(cfg: Any) -> float:
+    """The run's ``train.target``."""
+    return float(cfg.train.target)
+
+
 @dataclass(frozen=True)
 class Workload:
     """One MLPerf-HPC workload, as generic code sees it.
@@ -252,6 +257,10 @@ class Workload:
     check_run: Callable[[Any], None] = _no_check  # closed-division rules on the user's choices
     bench: BenchCases | None = None  # what `sciperf bench` times (None: no cases)
     dali: DaliFormat | None = None  # DALI's npy reading and transform (None: no DALI path)
+    # the target a run stops at, from its config: train.target, or what the workload
+    # derives from its data (GPT-2: a synthetic set's recorded entropy rate + a margin);
+    # the driver resolves it before output_dir is claimed (ValueError: one line)
+    run_target: Callable[[Any], float] = _configured_target
 
     def epoch_num(self, cfg: Any, epoch: int) -> int:
         """MLLOG's ``epoch_num`` of 1-based `epoch` (the plan's unit, the reference's)."""

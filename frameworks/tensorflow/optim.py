@@ -54,15 +54,22 @@ class AdamFamily:
       (global norm), u = m̂/(√v̂ + eps) + wd·w, w −= lr·(‖w‖/‖u‖)·u where wd ≠ 0.
 
     Moments are fp32 variables; the LR is a variable so a compiled step never retraces.
+    `decays` (one flag per variable; None: all) says which variables the weight decay
+    applies to — torch's parameter groups of decay and no decay.
     """
 
     def __init__(self, variables: Sequence, name: str, lr: float, betas: Sequence[float],
-                 eps: float, weight_decay: float, max_grad_norm: float = 1.0):
+                 eps: float, weight_decay: float, max_grad_norm: float = 1.0,
+                 decays: Sequence[bool] | None = None):
         if name not in ("Adam", "AdamW", "LAMB"):
             raise ValueError(f"opt.name={name} is not one of Adam, AdamW, LAMB")
         self.variables, self.name = list(variables), name
         self.beta1, self.beta2 = (float(b) for b in betas)
         self.eps, self.wd, self.max_norm = float(eps), float(weight_decay), float(max_grad_norm)
+        self.decays = [True] * len(self.variables) if decays is None else list(decays)
+        if len(self.decays) != len(self.variables):
+            raise ValueError(f"{len(self.decays)} decay flags for {len(self.variables)} "
+                             "variables")
         self.lr = tf.Variable(lr, dtype=tf.float32, trainable=False, name="lr")
         self.t = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="step")
         self.m = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name=f"m{i}")
@@ -94,23 +101,24 @@ class AdamFamily:
         # (1 − 0.999 in float32 is off by 5e-5 relative)
         bc1 = tf.cast(1.0 - tf.constant(self.beta1, tf.float64) ** self.t, tf.float32)
         bc2 = tf.cast(1.0 - tf.constant(self.beta2, tf.float64) ** self.t, tf.float32)
-        for var, m, v, g in zip(self.variables, self.m, self.v, grads, strict=True):
+        for var, m, v, g, decay in zip(self.variables, self.m, self.v, grads, self.decays,
+                                       strict=True):
             if g is not None:
-                self._update(var, m, v, g, bc1, bc2)
+                self._update(var, m, v, g, bc1, bc2, self.wd if decay else 0.0)
 
-    def _update(self, var, m, v, g, bc1, bc2) -> None:
+    def _update(self, var, m, v, g, bc1, bc2, wd: float) -> None:
         w = tf.cast(var, tf.float32)
-        if self.name == "Adam" and self.wd:
-            g = g + self.wd * w
-        if self.name == "AdamW" and self.wd:
-            w = w * (1.0 - self.lr * self.wd)
+        if self.name == "Adam" and wd:
+            g = g + wd * w
+        if self.name == "AdamW" and wd:
+            w = w * (1.0 - self.lr * wd)
         m.assign(self.beta1 * m + (1.0 - self.beta1) * g)
         v.assign(self.beta2 * v + (1.0 - self.beta2) * g * g)
         if self.name == "LAMB":
             update = (m / bc1) / (tf.sqrt(v / bc2) + self.eps)
             ratio = 1.0
-            if self.wd:
-                update = update + self.wd * w
+            if wd:
+                update = update + wd * w
                 w_norm, u_norm = tf.norm(w), tf.norm(update)
                 ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
             var.assign(w - self.lr * ratio * update)

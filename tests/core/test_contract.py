@@ -52,11 +52,15 @@ def test_every_workload_is_a_contract(name: str) -> None:
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_runs_for_score_and_rcp_agree_with_mlperf_logging(name: str) -> None:
-    """The contract's rule numbers are the official package's."""
-    from sciperf.results.score import required_runs
+    """The contract's rule numbers are the official package's (a workload of sciperf's
+    own, which the package does not know, takes the rules' smallest count)."""
+    from sciperf.results.score import hpc_benchmarks, required_runs
 
     w = get(name)
-    assert required_runs(name) == w.runs_for_score
+    if name in hpc_benchmarks():
+        assert required_runs(name) == w.runs_for_score
+    else:
+        assert w.runs_for_score == min(hpc_benchmarks().values())
     assert all(gbs > 0 and epochs > 0 for gbs, epochs in w.rcp_epochs.items())
 
 

@@ -37,6 +37,9 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("openfold", "data.feature_sizes", "tensorflow"):
         "the compiled step's input signature (one trace for every chain length); PyTorch "
         "runs eagerly and needs none",
+    ("gpt2", "spec.released_name", "pytorch"):
+        "PyTorch's module tree is the released checkpoint's, so its parameter names map to "
+        "the canonical ones through it; TensorFlow's variables carry the canonical names",
 }
 
 Uses = dict[str, list[str]]  # callable key → "file:line" of each use

@@ -36,11 +36,11 @@ CONVERT = ("`sciperf prepare data.source=convert` (or `sciperf data convert`) to
 
 ARCHIVE = DataPart(
     name="archive",
-    description=("the original release: one tar.xz of openwebtext/*.xz (each an xz tar of "
-                 f"one .txt per document), unpacked into data.dir; {CONVERT}"),
-    fmt="owt-xz",
+    description=(f"the original release, {spec.DOCUMENTS:,} documents: one tar.xz of "
+                 "openwebtext/*.xz (each an xz tar of one .txt per document), unpacked into "
+                 f"data.dir; {CONVERT}"),
+    fmt="raw",  # text the conversion tokenizes (.xz tars)
     size_bytes=12_880_027_468,
-    samples={"documents": spec.DOCUMENTS},
     https=(RemoteFile(url=ZENODO, name="openwebtext.tar.xz", size=12_880_027_468,
                       sha256="9fe39d154c5bc67da8c359415372b79510eb1e2edb0d035fe4f7fc3a732b9336",
                       unpack=True),),
@@ -54,9 +54,8 @@ SUBSET_TARS = DataPart(
     name="subsets",
     description=("the same .xz files as 21 plain tars (subsets/urlsf_subsetNN.tar), read "
                  f"in place; {CONVERT}"),
-    fmt="owt-xz",
+    fmt="raw",  # text the conversion tokenizes (.xz tars)
     files=SUBSETS,
-    samples={"documents": spec.DOCUMENTS},
     https=tuple(RemoteFile(url=f"{HF_REPO}/resolve/main/subsets/urlsf_subset{i:02d}.tar",
                            name=f"subsets/urlsf_subset{i:02d}.tar")
                 for i in range(SUBSETS)),
@@ -65,17 +64,9 @@ SUBSET_TARS = DataPart(
     reference=f"{HF_REPO} (subsets/, its loading script openwebtext.py)",
 )
 
-PARQUET = DataPart(
-    name="parquet",
-    description=("parquet files with a text column under data/ of the Hugging Face "
-                 f"repository; put them under data.dir; {CONVERT}"),
-    fmt="parquet",
-    samples={"documents": spec.DOCUMENTS},
-    closed="an alternative to part archive (the same documents)",
-    mini=MINI_NEEDS,
-    reference=f"{HF_REPO} (pull requests #19 and #20, 'Upload dataset')",
-)
-
 # no per-split sample counts: the splits are token files the conversion writes, not
 # published samples `sciperf data verify` could count
-SOURCES = DataSources(parts=(ARCHIVE, SUBSET_TARS, PARQUET))
+# The parquet release (a `text` column; its files appear only in the Hugging Face
+# repository's pull requests #19 and #20, names unpublished) converts as well, but is not
+# a part: nothing names a file to fetch.
+SOURCES = DataSources(parts=(ARCHIVE, SUBSET_TARS))

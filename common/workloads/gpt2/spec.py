@@ -177,14 +177,29 @@ class OptimizerSpec:
 
 @dataclass
 class TrainSpec:
-    """Run-level defaults: tokens per optimizer step (global), micro-batch sequences per
-    rank, and the schedule's length in steps."""
+    """Run-level defaults.
 
+    ``global_batch_size`` (the shared key, here in sequences) is one forward over all
+    ranks — the loader's batch, ``train.global_batch_size / ranks`` sequences per rank;
+    ``global_batch_tokens`` is the recipe's tokens per optimizer step, reached by
+    accumulating ``global_batch_tokens / (context · global_batch_size)`` forwards
+    (:func:`accumulation`; 0: one forward per step), so the recipe does not change with
+    the rank count — only the forward's batch does. An epoch is one train/validation
+    cycle of ``eval_every_steps`` optimizer steps (:data:`EPOCH_KEY`); ``max_steps`` is
+    the schedule's length. ``target_above_floor`` > 0 replaces ``train.target`` by the
+    dataset's recorded entropy rate plus this margin (a synthetic set: its floor,
+    ``sciperf.workloads.gpt2.data.run_target``).
+    """
+
+    global_batch_size: int = 12  # sequences per forward, all ranks
     global_batch_tokens: int = TOKENS_PER_STEP
-    micro_batch: int = 12  # sequences per rank and forward
     max_steps: int = -(-TOKEN_BUDGET // TOKENS_PER_STEP)  # 20,346
     eval_every_steps: int = 1000
     target: float = TARGET
+    target_above_floor: float = 0.0
+
+
+EPOCH_KEY = "train.eval_every_steps"  # the config key of an epoch's optimizer steps
 
 
 @dataclass
@@ -198,24 +213,32 @@ class DataSpec:
 
 
 def sequences_per_step(cfg: Any) -> int:
-    """Sequences of `context` tokens per optimizer step (global)."""
+    """Sequences of `context` tokens per optimizer step (global): ``global_batch_tokens``
+    in windows, or one forward's ``global_batch_size`` when it is 0."""
     tokens, context = int(cfg.train.global_batch_tokens), int(cfg.model.context)
-    if tokens % context:
-        raise ValueError(f"train.global_batch_tokens={tokens} is not a multiple of "
-                         f"model.context={context}")
+    if tokens == 0:
+        return int(cfg.train.global_batch_size)
+    if tokens < 0 or tokens % context:
+        raise ValueError(f"train.global_batch_tokens={tokens} is not a positive multiple of "
+                         f"model.context={context} (0: one forward per step)")
     return tokens // context
 
 
-def accumulation(cfg: Any, world: int) -> int:
-    """Micro-batches per optimizer step on each of `world` ranks: the global batch split
-    into micro-batches of ``train.micro_batch`` sequences, one line naming the keys when it
+def accumulation(cfg: Any) -> int:
+    """Forwards per optimizer step: the step's sequences in forwards of
+    ``train.global_batch_size`` sequences (all ranks), one line naming the keys when it
     does not divide."""
-    sequences, micro = sequences_per_step(cfg), int(cfg.train.micro_batch)
-    if micro < 1 or sequences % (micro * world):
+    sequences, batch = sequences_per_step(cfg), int(cfg.train.global_batch_size)
+    if batch < 1 or sequences % batch:
         raise ValueError(f"train.global_batch_tokens={cfg.train.global_batch_tokens} is "
-                         f"{sequences} sequences, which {world} rank(s) × train.micro_batch="
-                         f"{micro} do not divide")
-    return sequences // (micro * world)
+                         f"{sequences} sequences a step, which forwards of "
+                         f"train.global_batch_size={batch} do not divide")
+    return sequences // batch
+
+
+def steps_per_epoch(cfg: Any) -> int:
+    """Optimizer steps of one train/validation cycle."""
+    return int(cfg.train.eval_every_steps)
 
 
 def lr_at(step: int, peak: float, floor: float, warmup: int, decay: int) -> float:
@@ -273,9 +296,21 @@ def check_config(cfg: Any) -> None:
     """Values the schema cannot restrict, raised when the config is composed."""
     check_model(ModelSpec(**dict(cfg.model)))
     check_optimizer(cfg.opt)
-    sequences_per_step(cfg)
-    if int(cfg.train.max_steps) < 1:
-        raise ValueError(f"train.max_steps={cfg.train.max_steps} must be >= 1")
+    accumulation(cfg)
+    for key in ("max_steps", "eval_every_steps"):
+        if int(getattr(cfg.train, key)) < 1:
+            raise ValueError(f"train.{key}={getattr(cfg.train, key)} must be >= 1")
+    if float(cfg.train.target_above_floor) < 0:
+        raise ValueError(f"train.target_above_floor={cfg.train.target_above_floor} must be "
+                         ">= 0 (0: train.target)")
+
+
+def check_run(cfg: Any) -> None:
+    """GPT-2 is no MLPerf HPC benchmark: its runs are open division."""
+    if cfg.system.submission_division != "open":
+        raise ValueError(f"system.submission_division={cfg.system.submission_division}: "
+                         f"{NAME} is not an MLPerf HPC benchmark; its runs are open "
+                         "(system.submission_division=open)")
 
 
 def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:
@@ -283,6 +318,7 @@ def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> di
     o = cfg.opt
     return {
         "global_batch_size": sequences_per_step(cfg),
+        "gradient_accumulation_steps": accumulation(cfg),
         "train_samples": int(train_samples),
         "eval_samples": int(eval_samples),
         "opt_name": OPTIMIZER,

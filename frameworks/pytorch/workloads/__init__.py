@@ -12,6 +12,7 @@ BACKENDS = {
     "deepcam": "sciperf_pytorch.workloads.deepcam.backend:DeepCamBackend",
     "oc20": "sciperf_pytorch.workloads.oc20.backend:OC20Backend",
     "openfold": "sciperf_pytorch.workloads.openfold.backend:OpenFoldBackend",
+    "gpt2": "sciperf_pytorch.workloads.gpt2.backend:GPT2Backend",
 }
 
 

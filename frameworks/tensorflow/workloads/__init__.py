@@ -12,6 +12,7 @@ BACKENDS = {
     "deepcam": "sciperf_tensorflow.workloads.deepcam.backend:DeepCamBackend",
     "oc20": "sciperf_tensorflow.workloads.oc20.backend:OC20Backend",
     "openfold": "sciperf_tensorflow.workloads.openfold.backend:OpenFoldBackend",
+    "gpt2": "sciperf_tensorflow.workloads.gpt2.backend:GPT2Backend",
 }
 
 

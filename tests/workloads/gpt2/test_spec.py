@@ -79,11 +79,18 @@ def test_lr_schedule() -> None:
 
 
 def test_batch_and_accumulation() -> None:
+    """480 sequences a step whatever the ranks: forwards of 12 accumulate 40 times; of
+    96 (12 on each of 8 GPUs), 5 times — nanoGPT's layout; 0 tokens: one forward a step."""
     cfg = _cfg()
     assert spec.sequences_per_step(cfg) == 480
-    assert spec.accumulation(cfg, world=8) == 5  # nanoGPT: 12 sequences × 5 × 8 GPUs
-    with pytest.raises(ValueError, match="train.micro_batch=12 do not divide"):
-        spec.accumulation(cfg, world=7)
+    assert spec.accumulation(cfg) == 40
+    cfg.train.global_batch_size = 96
+    assert spec.accumulation(cfg) == 5
+    cfg.train.global_batch_size = 84
+    with pytest.raises(ValueError, match="train.global_batch_size=84 do not divide"):
+        spec.accumulation(cfg)
+    cfg.train.global_batch_tokens = 0
+    assert spec.sequences_per_step(cfg) == 84 and spec.accumulation(cfg) == 1
 
 
 @pytest.mark.parametrize(("part", "key", "value", "says"), [
