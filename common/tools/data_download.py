@@ -25,9 +25,10 @@ from typing import Any
 
 from sciperf import jsondata
 from sciperf.data import atomic, filemanifest
-from sciperf.data.download import fetch, held, human, mirrored, unpack, unpacked_marker
+from sciperf.data.download import fetch, held, human, mirrored
 from sciperf.data.layout import check_output_dir
 from sciperf.data.sources import DataPart, DataSources, RemoteFile
+from sciperf.data.unpack import unpack, unpacked_marker
 from sciperf.errors import SciperfError
 
 LOCAL_ENDPOINT = "LOCAL_ENDPOINT"  # the placeholder of a printed `globus transfer`

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from sciperf.data import download, filemanifest, manifest
+from sciperf.data import filemanifest, manifest, unpack
 from sciperf.data.sources import DataSources
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
@@ -238,7 +238,7 @@ def _recorded(root: Path, full: bool, picked: list[Path],
         try:
             size = path.stat().st_size
         except OSError:
-            if not download.unpacked_marker(path).is_file():  # an archive unpacked, removed
+            if not unpack.unpacked_marker(path).is_file():  # an archive unpacked, removed
                 problems.add(path, f"{path}: missing (recorded in {filemanifest.MANIFEST})")
             continue
         if size != entry["size"]:

@@ -28,8 +28,9 @@ import pytest
 from data.httpserver import Fault, FileServer, write_file
 
 from sciperf.data import filemanifest
-from sciperf.data.download import MIN_RANGE, part_of, state_of, unpacked_marker
+from sciperf.data.download import MIN_RANGE, part_of, state_of
 from sciperf.data.sources import DataPart, DataSources, GlobusPath, RemoteFile
+from sciperf.data.unpack import unpacked_marker
 from sciperf.tools.data_download import download
 from testkit import cli, one_error_line, refused
 

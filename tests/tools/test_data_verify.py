@@ -150,11 +150,11 @@ def test_a_missing_data_dir_is_a_refusal(tmp_path: Path) -> None:
 def test_an_unpacked_archive_may_be_removed_but_no_other_recorded_file(data: Path) -> None:
     """Download records an archive before unpacking it; once unpacked (its marker beside
     it) the archive may go to save the space, and verify does not call it missing."""
-    from sciperf.data import download, filemanifest
+    from sciperf.data import filemanifest, unpack
     for name in ("set.tar", "notes.txt"):
         (data / name).write_bytes(b"x" * 10)
         filemanifest.record_file(data, data / name, f"https://example.org/{name}")
         (data / name).unlink()
-    download.unpacked_marker(data / "set.tar").write_text("{}")
+    unpack.unpacked_marker(data / "set.tar").write_text("{}")
     line = _one_problem(data)
     assert line == f"{data / 'notes.txt'}: missing (recorded in {filemanifest.MANIFEST})"
