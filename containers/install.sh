@@ -145,6 +145,10 @@ else
   echo "install.sh: installing sciperf + $frameworks into $prefix"
   "${pip[@]}" -c "$here/constraints.txt" "${pkgs[@]}" "${fw_pkgs[@]}" "${extra[@]}"
 fi
+# GPT-2's BPE file (whisper/assets/gpt2.tiktoken, tiktoken's r50k_base) ships inside
+# openai-whisper; --no-deps: the file is all sciperf reads, and whisper's own requirements
+# (torch, numba…) are not wanted in the TensorFlow image.
+"${pip[@]}" -c "$here/constraints.txt" --no-deps openai-whisper
 if [ "$dali" = 1 ]; then
   # DALI 2.4 (CPU pipelines here, GPU pipelines in the images). The TF plugin compiles at
   # install against the installed TensorFlow and needs --no-build-isolation (pip >= 25.3).
