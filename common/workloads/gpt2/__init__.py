@@ -37,7 +37,7 @@ WORKLOAD = Workload(
     eval_samples=(spec.EVAL_TOKENS - 1) // data.EVAL_STRIDE,
     runs_for_score=spec.RUNS_FOR_SCORE, rcp_epochs=spec.RCP_EPOCHS,
     full_parameter_count=spec.FULL_PARAMETER_COUNT,
-    check_config=spec.check_config, check_run=spec.check_run,
+    check_config=spec.check_config, check_run=data.check_run,
     cost=Cost(flops.layers),
     bench=bench.CASES,
     run_target=data.run_target,

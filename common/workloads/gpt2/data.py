@@ -52,10 +52,17 @@ def check_context(model: Any) -> None:
                            "score tokens twice")
 
 
-def train_span(n_tokens: int, n: int, context: int) -> int:
-    """Tokens of the training split draws come from: all, or the first n windows'
-    (n·context + 1) when n > 0."""
-    return min(n_tokens, n * context + 1) if n > 0 else n_tokens
+def train_span(path: Path, n: int, context: int) -> int:
+    """Tokens of the training split `path` draws come from: all, or the first n windows'
+    (n·context + 1) when n > 0 — refused when the file holds fewer, since a smaller set
+    than asked would change the run without a word."""
+    n_tokens = tok.token_count(path)
+    if n <= 0:
+        return n_tokens
+    if n * context + 1 > n_tokens:
+        raise SciperfError(f"{path} holds {(n_tokens - 1) // context} training windows of "
+                           f"{context} tokens but {n} were requested (data.train_samples)")
+    return n * context + 1
 
 
 def list_samples(root: str | Path, split: str, fmt: str, n: int = 0) -> list[Path]:
@@ -120,7 +127,7 @@ def draw(files: Sequence[Path], cfg: Any, epoch: int, rank: int, world: int,
     ranks."""
     path = Path(files[0])
     context = int(cfg.model.context)
-    span = train_span(tok.token_count(path), int(cfg.data.train_samples), context)
+    span = train_span(path, int(cfg.data.train_samples), context)
     starts = tok.train_starts(span, context, count * world, int(cfg.seed), epoch)
     return [tok.sample_name(path, int(s)) for s in starts[rank::world]]
 
@@ -145,8 +152,17 @@ def train_windows(cfg: Any) -> int:
     """The training windows draws come from (MLLOG's train_samples): the span's tokens in
     windows of the context."""
     context = int(cfg.model.context)
-    n_tokens = tok.token_count(tok.split_path(cfg.data.dir, "train"))
-    return (train_span(n_tokens, int(cfg.data.train_samples), context) - 1) // context
+    path = tok.split_path(cfg.data.dir, "train")
+    return (train_span(path, int(cfg.data.train_samples), context) - 1) // context
+
+
+def check_run(cfg: Any) -> None:
+    """The spec's rules, then ``data.train_samples`` against the training file (when it
+    is there): the listing knows no context, so the windows it asks for are counted here,
+    before the run's records exist."""
+    spec.check_run(cfg)
+    if int(cfg.data.train_samples) > 0 and tok.split_path(cfg.data.dir, "train").is_file():
+        train_windows(cfg)
 
 
 def mllog_hyperparameters(cfg: Any, train_samples: int, eval_samples: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from sciperf.results.check import check_log
 from sciperf.workloads import get
 from sciperf.workloads.gpt2 import data, spec, synthetic
 from sciperf.workloads.gpt2 import tokens as tok
-from testkit import mllog, refused, summary
+from testkit import cli, mllog, one_error_line, refused, summary
 
 MINI = ("workload=gpt2", "experiment=mini")
 
@@ -102,3 +102,19 @@ def test_bad_token_files_are_one_line_from_the_reader(tmp_path: Path) -> None:
     assert [p.name for p in evals] == ["0", "1024"]
     x, y = reader(evals[1])
     assert x.shape == y.shape == (16,) and (y[:-1] == x[1:]).all()
+
+
+def test_more_training_windows_than_the_file_holds_is_refused_before_any_record(
+        mini_data: Path, tmp_path: Path) -> None:
+    """data.train_samples counts windows of the context: more than train.bin holds is one
+    line before output_dir exists, not a run on a smaller set than asked."""
+    out = tmp_path / "out"
+    line = one_error_line(cli("train", *MINI, f"data.dir={mini_data}", f"output_dir={out}",
+                              "data.train_samples=8192"), "train")
+    assert line.endswith("holds 8191 training windows of 128 tokens but 8192 were requested "
+                         "(data.train_samples)")
+    assert not out.exists()
+    from sciperf.config import compose
+    cfg = compose([*MINI, f"data.dir={mini_data}", "data.train_samples=8191"])
+    assert data.train_windows(cfg) == 8191
+
