@@ -81,6 +81,11 @@ class StrictPlan:
         """MLLOG's ``epoch_num`` of 1-based `epoch` (the reference's unit)."""
         return int(self._epoch_num(cfg, epoch))
 
+    def step_samples(self, cfg: Any) -> int:
+        """Samples one optimizer step trains on over all ranks (what a step's FLOPs and
+        all-reduce are counted for): the global batch, one forward per step."""
+        return int(cfg.train.global_batch_size)
+
     def eval_batch(self, local_batch: int) -> int:
         """Samples per validation batch."""
         return self._eval_batch or local_batch

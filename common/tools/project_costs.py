@@ -1,6 +1,7 @@
 """What a workload asks of a system at one global batch size, for `sciperf project`: the
 counts of `sciperf characterize` (FLOPs, activations, bytes read, parameters) on the full
-experiment, the data plan's steps per epoch and the RCPs' epochs to the target."""
+experiment, the data plan's steps per epoch and the RCPs' epochs to the target (for a
+workload without RCPs, its full recipe's length, said in a line)."""
 
 from __future__ import annotations
 
@@ -52,14 +53,21 @@ def workload_costs(workload: str, gbs: int, train_samples: int | None = None,
     cfg = base.copy()
     cfg.train.global_batch_size = int(gbs)
     cfg.data.train_samples = int(train_samples or spec.train_samples)
-    mllog_epochs, note = rcp_epochs(dict(spec.rcp_epochs), gbs)
     unit = spec.epoch_num(cfg, 2) - spec.epoch_num(cfg, 1)  # MLLOG epoch units per epoch
+    if spec.rcp_epochs:
+        mllog_epochs, note = rcp_epochs(dict(spec.rcp_epochs), gbs)
+        epochs = mllog_epochs / unit
+    else:  # a workload of sciperf's own: no reference runs yet, its recipe's length instead
+        epochs = float(cfg.train.max_epochs)
+        note = (f"{workload} has no reference convergence points: epochs to target assumed "
+                f"= the full recipe's train.max_epochs ({epochs:g})")
     flops = counts["flops_per_sample"]
     costs = Costs(
         workload=workload, flops_train=float(flops["train"]), flops_eval=float(flops["eval"]),
         activations=float(sum(layer["outputs"] for layer in counts["layers"])),
         bytes_per_sample=float(counts["bytes_per_sample"]), params=int(counts["parameters"]),
         train_samples=int(cfg.data.train_samples),
-        eval_samples=int(eval_samples or spec.eval_samples), global_batch=int(gbs),
-        steps_per_epoch=spec.plan.steps_per_epoch(cfg), epochs_to_target=mllog_epochs / unit)
+        eval_samples=int(eval_samples or spec.eval_samples),
+        global_batch=spec.plan.step_samples(cfg),
+        steps_per_epoch=spec.plan.steps_per_epoch(cfg), epochs_to_target=epochs)
     return costs, [note] if note else []

@@ -102,6 +102,17 @@ def test_openfold_epochs_are_cycles_not_samples() -> None:
     assert costs.epochs_to_target == pytest.approx(133120 / (40 * 256))
 
 
+def test_gpt2_steps_accumulate_and_run_the_recipe_s_length() -> None:
+    """A GPT-2 step is 40 forwards of 12 windows (491,520 tokens), its FLOPs counted for
+    all 480; without RCPs the epochs are the full recipe's, said in a line."""
+    costs, notes = workload_costs("gpt2", 12)
+    assert costs.global_batch == 480 and costs.steps_per_epoch == 1000
+    assert costs.epochs_to_target == 21
+    assert notes == ["gpt2 has no reference convergence points: epochs to target assumed = "
+                     "the full recipe's train.max_epochs (21)"]
+    assert workload_costs("cosmoflow", 64)[0].global_batch == 64  # one forward a step
+
+
 def test_accelerator_words_and_networks() -> None:
     assert accelerators.find("NVIDIA A100-SXM4-80GB").mem_bw == 2039e9
     assert accelerators.find("NVIDIA A100-SXM4-40GB").mem_bw == 1555e9

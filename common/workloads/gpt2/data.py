@@ -140,6 +140,10 @@ class TokenPlan(SampledPlan):
               local_batch: int) -> Draws:
         return super().draws(files, cfg, rank, world, local_batch * spec.accumulation(cfg))
 
+    def step_samples(self, cfg: Any) -> int:
+        """A step accumulates ``spec.accumulation`` forwards of the global batch."""
+        return spec.sequences_per_step(cfg)
+
     def epoch_overrides(self, samples: int, global_batch: int) -> list[str]:
         """An epoch of `samples` windows in steps of one forward each."""
         return [*super().epoch_overrides(samples, global_batch), "train.global_batch_tokens=0"]
