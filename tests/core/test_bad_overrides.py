@@ -63,6 +63,7 @@ PREPARE_CASES = [
     ("oc20", "model.cutoff=-1", "model.cutoff", "> 0"),
     ("oc20", "opt.lr=0", "opt.lr", "finite number > 0"),  # trained nothing, exit 1
     ("openfold", "opt.lr=0", "opt.lr", "finite number > 0"),
+    ("openfold", "data.sequences=coil", "data.sequences", "mixed, one_class"),
 ]
 
 

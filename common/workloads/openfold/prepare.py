@@ -17,7 +17,8 @@ from sciperf.workloads.openfold import data, layout, pretrain, synthetic
 def _request_knobs(cfg: Any) -> dict[str, Any]:
     d = cfg.data
     return {"min_length": int(d.min_length), "max_length": int(d.max_length),
-            "msa_depth": int(d.msa_depth), "templates": bool(d.templates)}
+            "msa_depth": int(d.msa_depth), "templates": bool(d.templates),
+            "sequences": str(d.sequences)}
 
 
 def prepare_synthetic(cfg: Any, force: bool = False) -> None:

@@ -76,6 +76,7 @@ BASE_LR = 1e-3
 WARMUP_LR_INIT = 1e-5
 WARMUP_LR_ITERS = 0
 DATALOADER_TYPES = ("InitialTrainingDataloaderPT", "InitialTrainingDataloaderPQ")
+SYNTHETIC_SEQUENCES = ("mixed", "one_class")  # synthetic chains: every residue type or one class
 
 # The starting point every closed run loads (its SHA-256 is logged and checked).
 INIT_CHECKPOINT_NAME = "mlperf_hpc_openfold_resumable_checkpoint.pt"
@@ -149,6 +150,7 @@ class DataSpec:
     max_length: int = 48
     msa_depth: int = 32  # synthetic MSA rows per chain (the query included)
     templates: bool = False  # synthetic template hits (hhr + kalign realignment)
+    sequences: str = "mixed"  # synthetic.SEQUENCE_KINDS: every residue type, or one class
     # cycles `sciperf prepare` pre-trains the starting checkpoint for (0: none; the mini's
     # train.init_checkpoint is that file, <data.dir>/pretrained.pt)
     pretrain_epochs: int = 0
@@ -227,6 +229,9 @@ def check_config(cfg: Any) -> None:
     if int(d.max_length) < int(d.min_length):
         raise ValueError(f"data.max_length={d.max_length} must be >= data.min_length="
                          f"{d.min_length}")
+    if d.sequences not in SYNTHETIC_SEQUENCES:
+        raise ValueError(f"data.sequences={d.sequences} is not one of "
+                         f"{', '.join(SYNTHETIC_SEQUENCES)}")
     if d.dataloader_type not in DATALOADER_TYPES:
         raise ValueError(f"data.dataloader_type={d.dataloader_type} is not one of "
                          f"{', '.join(DATALOADER_TYPES)}")

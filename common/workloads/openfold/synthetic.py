@@ -1,8 +1,11 @@
 """Learnable synthetic proteins, written in the reference's processed layout (:mod:`.layout`),
 so the real readers, MSA pipeline and template search run on them unchanged.
 
-A chain (spec §11's sketch) is a random sequence of ``min_length``–``max_length`` residues.
-Its structure is a function of the sequence alone, so a model can learn it:
+A chain (spec §11's sketch) is a random sequence of ``min_length``–``max_length`` residues:
+with ``sequences="mixed"`` of every residue type, with ``"one_class"`` of one class's letters
+only (helix formers or strand formers, either with probability ½: a whole helix or a whole
+strand, which a small model learns in minutes). Its structure is a function of the sequence
+alone, so a model can learn it:
 
 * each residue's secondary-structure state is the majority class in the 5-residue window
   around it (clipped at the ends) of helix formers :data:`HELIX_FORMERS`, strand formers
@@ -48,6 +51,7 @@ from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.workloads.openfold import geometry, layout
 from sciperf.workloads.openfold import residue_constants as rc
+from sciperf.workloads.openfold.spec import SYNTHETIC_SEQUENCES
 
 HELIX_FORMERS = "ALMEQKR"
 STRAND_FORMERS = "VIYFWTC"
@@ -61,6 +65,8 @@ GLYCINE_LOOP_PHI_PSI = (80.0, 10.0)
 OMEGA = 180.0
 KEPT_ATOMS = ("N", "CA", "C", "O", "CB")  # side chains beyond CB are masked
 
+SEQUENCE_KINDS = SYNTHETIC_SEQUENCES
+ONE_CLASS_LETTERS = (HELIX_FORMERS, STRAND_FORMERS)  # a one-class chain's alphabets
 MUTATION_RATE = (0.15, 0.40)
 A3M_SHARES = (0.5, 0.3, 0.2)  # of the homologs, in layout.A3M_FILES order
 GAP_ROW_PROBABILITY = 0.3  # a homolog gets one run of gaps
@@ -97,6 +103,7 @@ class SyntheticRequest:
     templates: bool = False
     max_hits: int = 4  # hhr hits per chain when templates are on
     unresolved_probability: float = 0.2  # a chain has 1-3 unresolved terminal residues
+    sequences: str = "mixed"  # SEQUENCE_KINDS: every residue type, or one class a chain
 
     def check(self) -> None:
         if self.train < 1 or self.validation < 1:
@@ -108,6 +115,9 @@ class SyntheticRequest:
         if not 2 * MAX_UNRESOLVED + 2 <= self.min_length <= self.max_length:
             raise SciperfError(f"chain lengths {self.min_length}..{self.max_length}: need "
                                f"{2 * MAX_UNRESOLVED + 2} <= min_length <= max_length")
+        if self.sequences not in SEQUENCE_KINDS:
+            raise SciperfError(f"synthetic sequences {self.sequences!r} is not one of "
+                               f"{', '.join(SEQUENCE_KINDS)}")
         if self.msa_depth < 0 or self.max_hits < 0 or \
                 not 0.0 <= self.unresolved_probability <= 1.0:
             raise SciperfError("msa_depth and max_hits must be >= 0, unresolved_probability "
@@ -175,9 +185,12 @@ def chain_sequence(req: SyntheticRequest, split: str, index: int) -> str:
     """Chain `index`'s sequence (its own random stream, so hits can look it up cheaply);
     redrawn until no letter exceeds the training filter's frequency cap."""
     rng = _rng(req, split, index, _SEQUENCE)
+    letters = rc.RESTYPES[:rc.RESTYPE_NUM]
+    if req.sequences == "one_class":
+        letters = ONE_CLASS_LETTERS[int(rng.integers(0, len(ONE_CLASS_LETTERS)))]
     while True:
         length = int(rng.integers(req.min_length, req.max_length + 1))
-        sequence = "".join(rc.RESTYPES[i] for i in rng.integers(0, rc.RESTYPE_NUM, length))
+        sequence = "".join(letters[i] for i in rng.integers(0, len(letters), length))
         if layout.top_residue_frequency(sequence) <= layout.SplitRules().max_aa_frequency:
             return sequence
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sciperf.errors import SciperfError
-from sciperf.workloads.openfold import layout, parsers, synthetic
+from sciperf.workloads.openfold import layout, parsers, spec, synthetic
 from sciperf.workloads.openfold import residue_constants as rc
 
 KNOBS = {"msa_depth": 10, "templates": True, "max_hits": 2, "unresolved_probability": 0.5}
@@ -177,3 +177,24 @@ def test_bad_requests_are_one_line(tmp_path: Path) -> None:
         synthetic.generate(tmp_path, 0, 1, seed=0)
     with pytest.raises(SciperfError, match="min_length"):
         synthetic.generate(tmp_path, 1, 1, seed=0, min_length=4)
+    with pytest.raises(SciperfError, match="'coil' is not one of mixed, one_class"):
+        synthetic.generate(tmp_path, 1, 1, seed=0, sequences="coil")
+
+
+def test_one_class_chains_are_a_whole_helix_or_a_whole_strand() -> None:
+    """The mini's chains: each of one class's letters, so its structure is one ideal helix
+    or one strand; both kinds drawn. "mixed" keeps every residue type, as before."""
+    one = synthetic.SyntheticRequest("/nonexistent", 64, 1, 0, min_length=24, max_length=32,
+                                     sequences="one_class")
+    states = set()
+    for k in range(64):
+        sequence = synthetic.chain_sequence(one, "train", k)
+        assert 24 <= len(sequence) <= 32
+        kinds = set(synthetic.secondary_structure(sequence).tolist())
+        assert kinds in ({synthetic.HELIX}, {synthetic.STRAND}), sequence
+        states |= kinds
+    assert states == {synthetic.HELIX, synthetic.STRAND}
+    mixed = synthetic.SyntheticRequest("/nonexistent", 64, 1, 0)
+    letters = set("".join(synthetic.chain_sequence(mixed, "train", k) for k in range(64)))
+    assert letters == set(rc.RESTYPES)
+    assert synthetic.SEQUENCE_KINDS == spec.SYNTHETIC_SEQUENCES
