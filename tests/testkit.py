@@ -183,3 +183,22 @@ def events(path: Path, key: str) -> list[dict[str, Any]]:
 def summary(out: Path, name: str = "summary.json") -> dict[str, Any]:
     """A run's summary.json."""
     return json.loads((Path(out) / name).read_text())
+
+
+# what mpirun needs to start ranks as root on an oversubscribed 2-core machine
+MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def skip_without_horovod(module: str) -> None:
+    """Skip the calling test unless mpirun and Horovod's `module` (``horovod.tensorflow``,
+    ``horovod.torch``) are there, probed in a process of its own (importing Horovod here
+    would initialise MPI in the test worker)."""
+    import shutil
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun (OpenMPI) is not installed")
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip("Horovod is not installed (install.sh --horovod)")

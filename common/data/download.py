@@ -628,6 +628,3 @@ def _read_state(dest: Path, size: int | None) -> list[_Range] | None:
         edge = r.end
     reach = max((r.pos for r in ranges if r.done), default=0)
     return ranges if edge == total and part_of(dest).stat().st_size >= reach else None
-
-
-# -- archives -------------------------------------------------------------------------------

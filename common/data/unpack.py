@@ -65,16 +65,16 @@ def unpack(archive: Path, root: Path, *, force: bool = False,
                 tar.extractall(aside, filter=_safe)
         except tarfile.FilterError as exc:
             raise BadArchiveError(f"{name}: unsafe member ({first_line(exc)}); nothing "
-                               "unpacked") from None
+                                  "unpacked") from None
         except OSError as exc:
             if isinstance(exc, gzip.BadGzipFile) or exc.errno is None:
-                raise BadArchiveError(f"{name}: corrupt archive ({first_line(exc)}); nothing "
-                                   "unpacked") from None
+                raise BadArchiveError(f"{name}: corrupt archive ({first_line(exc)}); "
+                                      "nothing unpacked") from None
             raise SciperfError(f"{root}: cannot unpack {name.name} ({atomic.why(exc)}); "
                                "nothing unpacked") from None
         except CORRUPT as exc:
             raise BadArchiveError(f"{name}: corrupt archive ({first_line(exc).rstrip(':')}); "
-                               "nothing unpacked") from None
+                                  "nothing unpacked") from None
         top = sorted(os.listdir(aside))
         clashes = [dst for src, dst in _clashes(aside, root) if not _same(src, dst)]
         if clashes and not force:
@@ -123,4 +123,3 @@ def _same(a: Path, b: Path) -> bool:
     if a.is_symlink() or b.is_symlink():
         return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
     return a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)
-

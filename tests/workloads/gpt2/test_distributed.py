@@ -16,7 +16,7 @@ import pytest
 
 from runzoo import prepared
 from sciperf.weights import load_npz
-from testkit import cli, mllog, sciperf, summary
+from testkit import MPI_ROOT_ENV, cli, mllog, sciperf, skip_without_horovod, summary
 
 MINI = ("workload=gpt2", "experiment=mini")
 # 1 layer, d 32, context 32 over the mini's 256-token files; 3 optimizer steps a cycle of
@@ -84,18 +84,12 @@ def test_two_torch_ranks_train_like_one_rank_with_the_global_batch(tokens: Path,
 def test_horovod_tensorflow_trains_like_one_rank(tokens: Path, tmp_path: Path) -> None:
     """The same under mpirun with Horovod's TensorFlow all-reduce (2 ranks)."""
     pytest.importorskip("tensorflow")
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun (OpenMPI) is not installed")
-    probe = subprocess.run([sys.executable, "-c", "import horovod.tensorflow"],
-                           capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip("Horovod is not installed (install.sh --horovod)")
+    skip_without_horovod("horovod.tensorflow")
     one, two = tmp_path / "one", tmp_path / "two"
     tf = ("framework=tensorflow", "train.max_epochs=1")
     proc = cli("train", *_args(tokens, one, *tf))
     assert (one / "weights_rank0.npz").is_file(), proc.stderr[-2000:]
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    env = {**os.environ, **MPI_ROOT_ENV}
     proc = subprocess.run(["mpirun", "-np", "2", "--bind-to", "none", "--mca",
                            "mpi_yield_when_idle", "1", str(Path(sys.executable).parent
                                                               / "sciperf"),

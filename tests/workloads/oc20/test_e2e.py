@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from sciperf.results.mllog import MLLogger
 from sciperf.weights import load_npz
 from sciperf.workloads import get
 from sciperf.workloads.oc20 import spec
-from testkit import mllog
+from testkit import MPI_ROOT_ENV, mllog
 
 BIN = Path(sys.executable).parent
 SMALL = ["workload=oc20", "experiment=mini", "data.train_samples=8", "data.eval_samples=3",
@@ -160,18 +159,11 @@ def test_two_ranks_train_like_one_rank_with_the_global_batch(tiny: Path, tmp_pat
 @pytest.mark.slow
 def test_horovod_tensorflow_matches_one_rank(tiny: Path, tmp_path: Path):
     """The same check for TensorFlow under mpirun + Horovod (2 ranks)."""
-    pytest.importorskip("tensorflow")
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun (OpenMPI) is not installed")
-    probe = subprocess.run([sys.executable, "-c", "import horovod.tensorflow"],
-                           capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip("Horovod is not installed (install.sh --horovod)")
+    env = {**os.environ, **MPI_ROOT_ENV}
     one, two = tmp_path / "one", tmp_path / "two"
     args = [*SMALL, *RUN, "framework=tensorflow", f"data.dir={tiny}"]
     sciperf("train", *args, f"output_dir={one}", check=False)
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    env = {**os.environ, **MPI_ROOT_ENV}
     proc = sciperf("train", *args, "distributed.backend=horovod", f"output_dir={two}",
                    check=False, env=env,
                    prefix=["mpirun", "-np", "2", "--bind-to", "none",
