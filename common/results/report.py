@@ -13,10 +13,8 @@ fraction of peak (`report_compute`); staging against the bytes each node holds. 
 figures (`report_figures`) draw one mark per group, one panel per benchmark. What a group
 lacks is a note in the report, never a zero.
 
-Time breakdown from the log: init = init_start → init_stop less staging done inside it;
-staging = staging_start → staging_stop (inside init from hpc 3.0, inside the run before);
-evaluation = Σ eval_start → eval_stop; training = run time − evaluation − staging in the
-run. A phase the log has no records for is None. Samples/s = summary.json's measured
+Time breakdown from the log: `sciperf.results.phases` (evaluation that runs beside
+training counts as training). Samples/s = summary.json's measured
 value, else train_samples × epochs / training.
 """
 
@@ -33,11 +31,11 @@ from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.results import report_figures as figures
 from sciperf.results import report_tables as tables
-from sciperf.results.logs import RunLog, find_logs, quality_target
+from sciperf.results.logs import find_logs, quality_target
 from sciperf.results.mllog import RULESET
+from sciperf.results.phases import PHASES, phases
 from sciperf.results.report_document import Block, markdown, page
 from sciperf.results.report_groups import (
-    PHASES,
     GroupStats,
     Notes,
     rank,
@@ -71,28 +69,6 @@ class RunFacts:
     batch_size: int | None = None
     nodes: int | None = None
     dataset_samples: int | None = None  # train_samples + eval_samples (staged)
-
-
-def _seconds(ms: float | None) -> float | None:
-    return None if ms is None else max(ms, 0.0) / 1000
-
-
-def phases(log: RunLog) -> dict[str, float | None]:
-    """Seconds of init, staging, training and evaluation (see the module docstring)."""
-    start, stop = log.run_window
-    staging = _seconds(log.interval_ms("staging_start", "staging_stop"))
-    stage_events = log.all("staging_start")
-    in_run = staging is not None and start is not None and stage_events[0].time_ms >= start
-    init = _seconds(log.interval_ms("init_start", "init_stop"))
-    if init is not None and staging is not None and not in_run:
-        init = max(init - staging, 0.0)
-    evals = [e.eval_stop_ms - e.eval_start_ms for e in log.epochs
-             if e.eval_start_ms is not None and e.eval_stop_ms is not None]
-    evaluation = sum(max(ms, 0.0) for ms in evals) / 1000 if evals else None
-    run = _seconds(stop - start) if start is not None and stop is not None else None
-    training = None if run is None else max(
-        run - (evaluation or 0.0) - (staging if in_run and staging else 0.0), 0.0)
-    return {"init": init, "staging": staging, "training": training, "evaluation": evaluation}
 
 
 def _reached(value: float, target: tuple[str, float, bool] | None) -> bool:

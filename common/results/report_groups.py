@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sciperf.results.phases import PHASES
 from sciperf.results.report_compute import (
     accelerator_peak,
     fraction_of_peak,
@@ -24,7 +25,6 @@ from sciperf.results.tree import STRONG, WEAK
 if TYPE_CHECKING:
     from sciperf.results.report import RunFacts
 
-PHASES = ("init", "staging", "training", "evaluation")
 NAMED = 4  # groups a note names before it counts the rest
 
 

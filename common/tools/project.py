@@ -175,6 +175,10 @@ def check_table(report: dict[str, Any]) -> str:
               _summary_line("fit", report["fit"]),
               _summary_line("shipped factors", report["shipped"]), "",
               "factors η (workload, accelerator kind): " + ", ".join(
-                  f"{f['workload']}/{f['kind']} {f['efficiency']:.3g} ({f['groups']} groups)"
+                  f"{f['workload']}/{f['kind']} {f['efficiency']:.3g} ({_groups(f['groups'])})"
                   for f in report["factors"])]
     return "\n".join(lines + [""] + report["lines"])
+
+
+def _groups(count: int) -> str:
+    return f"{count} group" if count == 1 else f"{count} groups"

@@ -66,33 +66,66 @@ def _samples(groups: Sequence[GroupCheck]) -> list[Sample]:
     return [(g.costs, g.system, g.staged, g.measured.epoch_s) for g in groups]
 
 
+Table = dict[str, dict[str, float]]  # workload → accelerator kind → η
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def borrowed(table: Table, workload: str, kind: str) -> tuple[float, str]:
+    """η for a (workload, kind) the table lacks, and how it was found ("η=…, …").
+
+    A workload's factors differ across kinds by roughly what the kinds' software and
+    efficiency differ by, and a kind differs from the others by roughly the same factor on
+    every workload (the published V100 groups show it on CosmoFlow and DeepCAM alike:
+    docs/projection.md). So: the workload's geometric mean over its other kinds, times the
+    kind's geometric mean ratio to those kinds on the workloads fitted on both; without
+    such a workload, the mean alone; without factors for the workload, the default."""
+    own = {k: v for k, v in table.get(workload, {}).items() if k != kind}
+    if not own:
+        return DEFAULT_EFFICIENCY, (f"η={DEFAULT_EFFICIENCY}, the default ({workload} has no "
+                                    "factor on any accelerator)")
+    base = _geomean(list(own.values()))
+    ratios, via = [], []
+    for other, factors in sorted(table.items()):
+        shared = [factors[k] for k in own if k in factors]
+        if other != workload and kind in factors and shared:
+            ratios.append(factors[kind] / _geomean(shared))
+            via.append(other)
+    if not ratios:
+        return base, (f"η={base:.3g}, {workload}'s geometric mean over "
+                      f"{', '.join(sorted(own))}")
+    found = base * _geomean(ratios)
+    return found, (f"η={found:.3g}, {workload}'s on {', '.join(sorted(own))} × {kind}'s "
+                   f"ratio to them on {', '.join(via)} ({_geomean(ratios):.3g})")
+
+
 def held_out(group: GroupCheck, groups: Sequence[GroupCheck]) -> tuple[float, str | None]:
     """η for `group` fitted without it (nor its copies in another round): on its pair's
-    other groups; with none, on its workload's groups of other kinds (said in a line);
-    with none either, the default."""
-    others = [g for g in groups if g.identity != group.identity and g.pair == group.pair]
+    other groups; with none, borrowed (`borrowed`) from the factors fitted on every other
+    group, said in a line."""
+    rest = [g for g in groups if g.identity != group.identity]
+    others = [g for g in rest if g.pair == group.pair]
     if others:
         return fit_factor(_samples(others)).efficiency, None
-    kin = [g for g in groups if g.identity != group.identity and g.benchmark == group.benchmark]
+    pairs: dict[tuple[str, str], list[GroupCheck]] = {}
+    for g in rest:
+        pairs.setdefault(g.pair, []).append(g)
+    table: Table = {}
+    for (workload, kind), members in pairs.items():
+        table.setdefault(workload, {})[kind] = fit_factor(_samples(members)).efficiency
+    found, how = borrowed(table, *group.pair)
     workload, kind = group.pair
-    if kin:
-        found = fit_factor(_samples(kin)).efficiency
-        return found, (f"{group.label}: the only {workload} group on {kind}: its held-out "
-                       f"factor η={found:.3g} is {workload}'s on other accelerators")
-    return DEFAULT_EFFICIENCY, (f"{group.label}: no other {workload} group: held-out factor "
-                                f"η={DEFAULT_EFFICIENCY} assumed")
+    return found, f"{group.label}: the only {workload} group on {kind}: held-out {how}"
 
 
 def efficiency_for(workload: str, kind: str) -> tuple[float, str | None]:
-    """The stored η of (workload, kind); without one, the workload's geometric mean over
-    the kinds it has, or the default — each with a line saying so."""
-    factors = stored(workload)
-    if kind in factors:
-        return factors[kind], None
-    kin = list(factors.values())
-    if kin:
-        mean = math.exp(sum(math.log(v) for v in kin) / len(kin))
-        return mean, (f"no factor fitted for {workload} on {kind}: η={mean:.3g}, {workload}'s "
-                      "geometric mean over the accelerators fitted, assumed")
-    return DEFAULT_EFFICIENCY, (f"no factor fitted for {workload}: η={DEFAULT_EFFICIENCY} "
-                                "assumed")
+    """The stored η of (workload, kind); without one, borrowed (`borrowed`) from the
+    factors every workload ships, with a line saying so."""
+    from sciperf.workloads import get, names
+    if kind in stored(workload):
+        return stored(workload)[kind], None
+    table = {name: dict(get(name).cost.efficiency) for name in names()}
+    found, how = borrowed(table, workload, kind)
+    return found, f"no factor fitted for {workload} on {kind}: {how}"

@@ -5,8 +5,9 @@ folder rules: ``sciperf.results.tree.select``) is projected at the scale and glo
 its logs ran, on the system its ``systems/<system>.json`` describes, and set against what
 its converged runs measured (run_stop status success; the official checker is not rerun):
 
-* training time per epoch: (run_stop − run_start − Σ evaluation − staging inside the
-  run) / epochs started, per run;
+* training time per epoch: (run_stop − run_start − evaluation − staging inside the
+  run) / epochs started, per run (`sciperf.results.phases`: an evaluation that runs
+  beside another epoch's training is not subtracted);
 * time to train: run_stop − run_start, per run;
 
 each the olympic mean over the group's runs (the fastest and slowest dropped from three
@@ -32,6 +33,7 @@ from typing import Any
 from sciperf.errors import SciperfError
 from sciperf.progress import Progress
 from sciperf.results.logs import RunLog, parse_log
+from sciperf.results.phases import epochs_started, phases, staged_in_run
 from sciperf.results.score import olympic_mean
 from sciperf.results.tree import WEAK, select, system_json, tree_place
 from sciperf.tools.project_calibration import Fit, efficiency_for, fit_factor, held_out
@@ -100,25 +102,18 @@ class GroupCheck:
                 "notes": self.notes}
 
 
-def _seconds(ms: float | None) -> float:
-    return 0.0 if ms is None else max(ms, 0.0) / 1000
-
-
 def run_times(log: RunLog) -> tuple[float, float, int, float | None, bool] | None:
-    """(training s, run s, epochs, staging s or None, staging inside the run) of one
-    converged log; None when the log lacks run_start/run_stop or any epoch."""
+    """(training s, run s, epochs started, staging s or None, staging inside the run) of
+    one converged log (`sciperf.results.phases`: evaluation beside training is training
+    time); None when the log lacks run_start/run_stop or any epoch."""
     start, stop = log.run_window
     if start is None or stop is None or not log.epochs:
         return None
-    staging_ms = log.interval_ms("staging_start", "staging_stop")
-    stage_events = log.all("staging_start")
-    in_run = bool(stage_events) and stage_events[0].time_ms >= start
-    evaluation = sum(_seconds(e.eval_stop_ms - e.eval_start_ms) for e in log.epochs
-                     if e.eval_start_ms is not None and e.eval_stop_ms is not None)
-    run = _seconds(stop - start)
-    staging = None if staging_ms is None else _seconds(staging_ms)
-    training = run - evaluation - ((staging or 0.0) if in_run else 0.0)
-    return training, run, len(log.epochs), staging, in_run
+    parts = phases(log)
+    training = parts["training"]
+    assert training is not None  # run_start and run_stop are there
+    return (training, (stop - start) / 1000, epochs_started(log), parts["staging"],
+            staged_in_run(log))
 
 
 def _mean(values: list[float]) -> float:

@@ -159,5 +159,5 @@ def cost_on_data(model: ModelSpec, folder: Path, fmt: str,
 # (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
 EFFICIENCY = {
     "A100": 0.0457,  # 7 groups
-    "H100": 0.0586,  # 2 groups
+    "H100": 0.0454,  # 2 groups
 }

@@ -485,6 +485,6 @@ FLOPS_PASSES = passes(ModelSpec())
 # a training step reaches (η), fitted on the published MLPerf HPC v2.0 + v3.0 groups
 # (docs/projection.md; `sciperf project ROUND_TREES --json` prints the fit)
 EFFICIENCY = {
-    "A100": 0.0652,  # 3 groups
-    "H100": 0.0593,  # 2 groups
+    "A100": 0.0327,  # 3 groups
+    "H100": 0.0178,  # 2 groups
 }
