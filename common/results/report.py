@@ -34,6 +34,7 @@ from sciperf.results import report_tables as tables
 from sciperf.results.logs import find_logs, quality_target
 from sciperf.results.mllog import RULESET
 from sciperf.results.phases import PHASES, phases
+from sciperf.results.report_compute import samples_per_epoch_num
 from sciperf.results.report_document import Block, markdown, page
 from sciperf.results.report_groups import (
     GroupStats,
@@ -95,15 +96,18 @@ def run_facts(run: Run, group: Group) -> RunFacts:
     rate = summary.get("samples_per_s")
     train_samples = log.value("train_samples")
     training = parts["training"]
-    if rate is None and isinstance(train_samples, int | float) and training:
-        rate = train_samples * epochs / training
+    gbs = _int(log.value("global_batch_size"))
+    if rate is None and isinstance(train_samples, int) and train_samples > 0 and training:
+        per_unit = samples_per_epoch_num(log.benchmark or "", gbs, train_samples) if gbs \
+            else float(train_samples)
+        rate = per_unit * epochs / training
     ranks = summary.get("world_size") or log.ranks
     parent = log.path.parent
     label = f"{parent.name}/{log.path.stem}" if parent.name else log.path.stem
     train, evals = _int(train_samples), _int(log.value("eval_samples"))
     return RunFacts(run, group.label, group.series, label, ranks, log.minutes, epochs,
                     hit if run.converged else None, rate, parts, curve,
-                    _int(log.value("global_batch_size")), _int(log.value("number_of_nodes")),
+                    gbs, _int(log.value("number_of_nodes")),
                     train + evals if train is not None and evals is not None else None)
 
 

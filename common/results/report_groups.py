@@ -20,6 +20,7 @@ from sciperf.results.report_compute import (
 )
 from sciperf.results.report_systems import SystemFacts, describe, series_key, series_label
 from sciperf.results.score import Score
+from sciperf.results.throughput import instance_share
 from sciperf.results.tree import STRONG, WEAK
 
 if TYPE_CHECKING:
@@ -146,16 +147,34 @@ def summarise(score: Score, runs: list[RunFacts], notes: Notes) -> GroupStats:
     stats.epochs_to_target = Spread.of([r.epochs_to_target for r in runs])
     stats.batch_size = _one([r.batch_size for r in runs])
     stats.nodes = _one([r.nodes for r in runs])
-    ranks = [r.ranks for r in runs]
+    ranks = _instance_ranks(stats, runs, notes) if group.mode == WEAK \
+        else [r.ranks for r in runs]
     if group.mode == WEAK:
-        stats.accelerators = sum(ranks) if all(ranks) else None
+        stats.accelerators = sum(ranks) if all(ranks) else None  # type: ignore[arg-type]
     else:
         stats.accelerators = _one(ranks)
-    stats.rate_per_accelerator = median([r.samples_per_s / r.ranks for r in runs
-                                         if r.samples_per_s and r.ranks])
+    stats.rate_per_accelerator = median([r.samples_per_s / n for r, n in zip(runs, ranks,
+                                                                            strict=True)
+                                         if r.samples_per_s and n])
     _compute(stats, runs, notes)
     _staging(stats, runs, notes)
     return stats
+
+
+def _instance_ranks(stats: GroupStats, runs: list[RunFacts], notes: Notes) -> list[int | None]:
+    """Each instance's accelerators in a throughput group, bounded by the job's (the
+    description's nodes × accelerators per node over the instances: `instance_share`)."""
+    facts = stats.system
+    job = facts.job_nodes * facts.accelerators_per_node \
+        if facts.job_nodes and facts.accelerators_per_node else None
+    shares = [None if r.ranks is None else instance_share(
+        r.ranks, job, len(runs), facts.accelerators_per_node or 1) for r in runs]
+    logged = [r.ranks for r in runs]
+    if shares != logged:
+        notes.add(stats.score.group.label, f"the logs say {_one(logged) or 'more'} ranks per "
+                  f"instance, the job's {job} accelerators over {len(runs)} instances: "
+                  f"{_one(shares) or 'fewer'} per instance assumed")
+    return shares
 
 
 def _compute(stats: GroupStats, runs: list[RunFacts], notes: Notes) -> None:

@@ -40,6 +40,7 @@ class SystemFacts:
     framework: str | None = None
     peak_flops_per_node: float | None = None  # our runs: system.peak_flops
     missing: tuple[str, ...] = ()
+    job_nodes: int | None = None  # a description's number_of_nodes: the whole job's
     kind: str = f"{SYSTEMS}/<system>{DESCRIPTION}"  # what the source is, as notes name it
     problem: str | None = None  # why the source gave no facts at all
 
@@ -94,7 +95,8 @@ def from_description(path: Path) -> SystemFacts:
                     if v is None and not (k == "accelerator" and apn == 0))
     return SystemFacts(str(path), facts["accelerator"], apn, facts["host_memory"],
                        facts["local_storage"], _text(data.get("host_processor_model_name")),
-                       _text(data.get("framework")), missing=missing)
+                       _text(data.get("framework")), missing=missing,
+                       job_nodes=_int(data.get("number_of_nodes")))
 
 
 def from_summary(summary: dict[str, Any] | None, path: Path) -> SystemFacts:

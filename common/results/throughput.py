@@ -58,6 +58,17 @@ class Throughput:
         return f"{head}, in {self.minutes:.2f} min = {per_min}"
 
 
+def instance_share(logged: int, job_total: int | None, instances: int,
+                   per_node: int = 1) -> int:
+    """One instance's nodes (or accelerators: `per_node` a node) in a throughput job. Some
+    submitters log the instance's, others the whole job's: the job's total (its system
+    description) over the instances run, in whole nodes, bounds what the log says."""
+    if job_total is None or instances < 1 or per_node < 1:
+        return logged
+    share = job_total // per_node // instances * per_node
+    return share if 1 <= share < logged else logged
+
+
 def tta_minutes(windows: Sequence[tuple[float, float]]) -> float | None:
     """The rules' throughput time: latest run_stop − earliest run_start over the
     converged instances' (start, stop) in ms, in minutes; None for no instance. One

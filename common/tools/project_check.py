@@ -35,6 +35,7 @@ from sciperf.progress import Progress
 from sciperf.results.logs import RunLog, parse_log
 from sciperf.results.phases import epochs_started, phases, staged_in_run
 from sciperf.results.score import olympic_mean
+from sciperf.results.throughput import instance_share
 from sciperf.results.tree import WEAK, select, system_json, tree_place
 from sciperf.tools.project_calibration import Fit, efficiency_for, fit_factor, held_out
 from sciperf.tools.project_costs import workload_costs
@@ -219,21 +220,18 @@ def _group(files: list[Path]) -> GroupCheck:
 
 def instance_nodes(logged: int, desc: dict[str, Any], instances: int, label: str,
                    notes: list[str]) -> int:
-    """Nodes of one instance of a throughput (weak) group. Some submitters log the
-    instance's nodes, others the whole job's: the description's node count over the
-    group's instances (one log each) bounds it."""
+    """Nodes of one instance of a throughput (weak) group (`instance_share`)."""
     try:
         total = int(str(desc.get("number_of_nodes")))
     except ValueError:
         notes.append(f"{label}: no number_of_nodes in the description: the logs' "
                      f"{logged} nodes taken as one instance's")
         return logged
-    share = total // instances
-    if 1 <= share < logged:
+    share = instance_share(logged, total, instances)
+    if share != logged:
         notes.append(f"{label}: the logs say {logged} nodes, the job's {total} over "
                      f"{instances} instances: {share} nodes per instance assumed")
-        return share
-    return logged
+    return share
 
 
 def projected(group: GroupCheck, efficiency: float) -> dict[str, Any]:
