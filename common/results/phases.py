@@ -53,7 +53,8 @@ def evaluation_s(log: RunLog) -> tuple[float, float] | None:
         return None
     blocking = beside = 0.0
     for epoch in timed:
-        seconds = max(epoch.eval_stop_ms - epoch.eval_start_ms, 0.0) / 1000  # type: ignore[operator]
+        assert epoch.eval_start_ms is not None and epoch.eval_stop_ms is not None
+        seconds = max(epoch.eval_stop_ms - epoch.eval_start_ms, 0.0) / 1000
         if beside_training(epoch, epochs, log.run_stop_ms):
             beside += seconds
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import time
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,10 @@ TIMEOUT_SIGNS = ("Timed out", "timed out", "stall", "NCCL communicator was abort
 SHUTDOWN_SIGNS = ("Horovod has been shut down",)
 PEER_SIGNS = DIED_SIGNS + TIMEOUT_SIGNS + SHUTDOWN_SIGNS
 # rank 0's TCPStore when not every rank connected in time: "… 1/2 clients joined."
+# long enough for a gloo worker to be scheduled and finish destroying its last collective
+# (microseconds of work once it holds the GIL) on a loaded machine, short beside a
+# process's exit
+WORKERS_IDLE_S = 0.2
 JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 
 
@@ -198,8 +203,15 @@ class Comm:
                 f"({first})")
 
     def close(self) -> None:
-        """Tear the group down so the process can exit promptly."""
+        """Tear the group down so the process can exit promptly.
+
+        A gloo worker thread destroys each finished collective after its wait() returned,
+        dropping the Python tensors it held — which takes the GIL. The group's destructor
+        (run by destroy_process_group, or later by DDP's reducer when the model is freed)
+        joins those threads while holding the GIL: reached while a worker still waits for
+        it, both wait forever. Sleeping first releases the GIL until the workers are idle."""
         if self.kind == "native" and dist.is_initialized():
+            time.sleep(WORKERS_IDLE_S)
             dist.destroy_process_group()
 
 
