@@ -26,6 +26,7 @@ from sciperf.distributed import (
     RankInfo,
     discover,
     end_stopped_siblings,
+    ignore_terminations,
     split_instances,
     terms_ignored,
 )
@@ -152,6 +153,7 @@ def train(cfg: Any, info: RankInfo | None = None) -> dict[str, Any]:
         closer()
         lost = state.backend.peer_lost(exc) if state.backend is not None else None
         if lost:  # one line, not the collective's traceback
+            ignore_terminations()  # before a sibling's end brings the launcher's SIGTERM
             end_stopped_siblings()
             raise PeerLostError(f"{lost}; {closer.line()}") from None
         if (failed := write_failure(exc, out, unwritten)) is not None:
