@@ -14,8 +14,7 @@ figures (`report_figures`) draw one mark per group, one panel per benchmark. Wha
 lacks is a note in the report, never a zero.
 
 Time breakdown from the log: `sciperf.results.phases` (evaluation that runs beside
-training counts as training). Samples/s = summary.json's measured
-value, else train_samples × epochs / training.
+training counts as training). Samples/s: `sciperf.results.report_compute`.
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ def summarise(score: Score, runs: list[RunFacts], notes: Notes) -> GroupStats:
     stats.epochs_to_target = Spread.of([r.epochs_to_target for r in runs])
     stats.batch_size = _one([r.batch_size for r in runs])
     stats.nodes = _one([r.nodes for r in runs])
-    ranks = _instance_ranks(stats, runs, notes) if group.mode == WEAK \
-        else [r.ranks for r in runs]
     if group.mode == WEAK:
+        ranks = _instance_ranks(stats, runs, notes)
         stats.accelerators = sum(ranks) if all(ranks) else None  # type: ignore[arg-type]
     else:
+        ranks = [r.ranks for r in runs]
         stats.accelerators = _one(ranks)
     stats.rate_per_accelerator = median([r.samples_per_s / n for r, n in zip(runs, ranks,
                                                                             strict=True)
