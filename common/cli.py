@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.cli_args import VERBS, parse, verb
+from sciperf.console import whole_lines
 from sciperf.errors import SciperfError
 
 
@@ -392,6 +393,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sciperf` console script."""
+    if argv is None:  # the console script: a rank of a job whose ranks share one stderr
+        whole_lines()
     args = parse(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)

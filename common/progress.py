@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from sciperf.console import say
+
 
 def fmt_duration(seconds: float) -> str:
     """12.3s / 4m05s / 1h02m, for ETAs and summaries."""
@@ -58,4 +60,4 @@ class Progress:
     def emit(self, text: str, final: bool) -> None:
         """One line on stderr: redrawn in place on a terminal, whole lines in logs."""
         end = "\n" if (not self._tty or final) else ""
-        print(("\r" if self._tty else "") + text, end=end, file=sys.stderr, flush=True)
+        say(("\r" if self._tty else "") + text, end=end)

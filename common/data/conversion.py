@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sciperf.console import say
 from sciperf.data.layout import NPY_SUFFIX, SampleLayout, label_path
 from sciperf.distributed import discover
 from sciperf.errors import SciperfError
@@ -215,8 +216,7 @@ class _Mpi:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - every failure ends the job in one line
-            print(error_line(self.program, name, exc, self.rank, self.world),
-                  file=sys.stderr, flush=True)
+            say(error_line(self.program, name, exc, self.rank, self.world))
             sys.stdout.flush()
             self.comm.Abort(1)
 
