@@ -22,47 +22,29 @@ import hashlib
 import http.client
 import json
 import os
-import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sciperf import __version__, jsondata
 from sciperf.data import atomic
+from sciperf.data.byte_progress import ByteProgress
+from sciperf.data.http_range import (
+    TransientError,
+    UnsatisfiableError,
+    content_range,
+    open_range,
+)
+from sciperf.data.part_file import Range, part_of, read_state, state_of
 from sciperf.data.unpack import BadArchiveError
 from sciperf.errors import SciperfError, first_line
-from sciperf.progress import Progress, fmt_duration
 
 BLOCK = 1 << 20  # bytes read from a socket (and hashed) at a time
 MIN_RANGE = 1 << 20  # a file is split only into ranges at least this long
 TIMEOUT_S = 60.0  # a socket that stays silent this long counts as a dropped connection
 STATE_EVERY_S = 1.0  # how often a split fetch saves its ranges' progress
-RETRY_STATUS = frozenset({408, 425, 429})  # 4xx answers that say "try again later"
-
-
-def part_of(dest: Path) -> Path:
-    """The name `dest` is written under until it is complete and checked."""
-    return dest.with_name(dest.name + ".part")
-
-
-def state_of(dest: Path) -> Path:
-    """A split fetch's ranges and their progress, beside its ``.part``."""
-    return dest.with_name(dest.name + ".part.json")
-
-
-def human(n: float) -> str:
-    """Bytes for people (decimal units, as datasets publish their sizes)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"  # unreachable: the loop returns at TB
 
 
 def mirrored(url: str, mirror: str | None) -> str:
@@ -76,90 +58,12 @@ def mirrored(url: str, mirror: str | None) -> str:
     return f"{mirror.rstrip('/')}/{host}{tail}"
 
 
-def held(dest: Path) -> int:
-    """Bytes of `dest` already on disk that a resumed fetch does not download again."""
-    part = part_of(dest)
-    if not part.is_file():
-        return 0
-    ranges = _read_state(dest, None)
-    if ranges is not None:
-        return sum(r.done for r in ranges)
-    return part.stat().st_size if not state_of(dest).exists() else 0
-
-
-@dataclass
-class _Range:
-    """Bytes [start, end) of the file; `done` of them are on disk from `start` on
-    (end None: up to the end of the file, its length not known yet)."""
-
-    start: int
-    end: int | None
-    done: int = 0
-
-    @property
-    def pos(self) -> int:
-        return self.start + self.done
-
-    @property
-    def complete(self) -> bool:
-        return self.end is not None and self.pos >= self.end
-
-
-class _TransientError(Exception):
-    """A failure another try may not meet: a dropped connection, a timeout, a 5xx."""
-
-
 class _NoRangesError(Exception):
     """The server answered a range request with the whole file (status 200)."""
 
 
 class _StoppedError(Exception):
     """Another connection of the same fetch failed; this one stops."""
-
-
-class ByteProgress(Progress):
-    """`Progress` in bytes (MB, MB/s, ETA), safe to update from several connections. It is
-    silent for its first `every` seconds: a quick file, or one refused at once, prints
-    nothing; a line it started is finished by :meth:`finish`."""
-
-    def __init__(self, total: int | None, label: str, already: int = 0, enabled: bool = True):
-        super().__init__(total or 0, label, unit="bytes", enabled=enabled)
-        self._lock = threading.Lock()
-        self.restart(already)
-        self.shown = False
-
-    def restart(self, already: int = 0) -> None:
-        """Count from `already` bytes, the rate from now (a resume, a restart from zero)."""
-        self.done = self.already = already
-        self.start = self._last = time.perf_counter()
-
-    def update(self, n: int = 1) -> None:
-        with self._lock:
-            self.done += n
-            now = time.perf_counter()
-            if now - self._last >= self.every:
-                self._last = now
-                self._print(now)
-
-    def finish(self) -> None:
-        """The closing line, when a line was shown."""
-        if self.shown:
-            self._print(time.perf_counter(), last=True)
-
-    def _print(self, now: float, last: bool = False) -> None:
-        if not self.enabled:
-            return
-        self.shown = True
-        self.emit(self.line(now), final=last)
-
-    def line(self, now: float) -> str:
-        rate = (self.done - self.already) / max(now - self.start, 1e-9)
-        if not self.total:
-            return f"{self.label}: {human(self.done)} {human(rate)}/s"
-        pct = 100.0 * self.done / self.total
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        return (f"{self.label}: {human(self.done)} of {human(self.total)} ({pct:5.1f}%) "
-                f"{human(rate)}/s, ETA {fmt_duration(eta)}")
 
 
 def fetch(url: str, dest: Path, *, size: int | None = None, md5: str | None = None,
@@ -249,7 +153,7 @@ class _Fetch:
         self.connections, self.retries = max(1, connections), max(0, retries)
         self.backoff_s, self.timeout_s, self.need_md5 = backoff_s, timeout_s, need_md5
         self.progress: ByteProgress | None = None
-        self.ranges: list[_Range] = []
+        self.ranges: list[Range] = []
         self.split = False  # several ranges, their progress kept in dest.part.json
         self.hashes: dict[str, Any] | None = None  # running digests of an in-order stream
         self.lock = threading.Lock()
@@ -261,7 +165,7 @@ class _Fetch:
     # -- the plan -----------------------------------------------------------------------
 
     def run(self) -> None:
-        ranges = _read_state(self.dest, self.total)  # before the .part is created
+        ranges = read_state(self.dest, self.total)  # before the .part is created
         stale = ranges is None and state_of(self.dest).exists()
         with atomic.failing_as(self.dest):
             self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT, 0o644)
@@ -302,13 +206,13 @@ class _Fetch:
                 if n >= 2:
                     self._split_from(have, n)
                     return
-        self.ranges, self.split = [_Range(0, self.total, have)], False
+        self.ranges, self.split = [Range(0, self.total, have)], False
 
     def _split_from(self, have: int, n: int) -> None:
         assert self.total is not None
         step = -(-(self.total - have) // n)
-        self.ranges = [_Range(0, have, have)] if have else []
-        self.ranges += [_Range(s, min(s + step, self.total))
+        self.ranges = [Range(0, have, have)] if have else []
+        self.ranges += [Range(s, min(s + step, self.total))
                         for s in range(have, self.total, step)]
         self.split = True
         self._save_state(now=True)  # before the first byte lands out of order
@@ -318,7 +222,7 @@ class _Fetch:
         with contextlib.suppress(FileNotFoundError):
             state_of(self.dest).unlink()
         self._truncate()
-        self.split, self.ranges = False, [_Range(0, self.total, 0)]
+        self.split, self.ranges = False, [Range(0, self.total, 0)]
         self.stop.clear()
         self._count(0, restart=True)
 
@@ -372,7 +276,7 @@ class _Fetch:
         if failures:
             raise failures[0]
 
-    def _retrying(self, rng: _Range | None, attempt: Callable[[], Any]) -> Any:
+    def _retrying(self, rng: Range | None, attempt: Callable[[], Any]) -> Any:
         """`attempt()` until it succeeds: transient failures are retried with exponential
         backoff, the count starting again after a try that moved `rng` forward."""
         tries = 0
@@ -380,7 +284,7 @@ class _Fetch:
             before = None if rng is None else rng.pos
             try:
                 return attempt()
-            except _TransientError as exc:
+            except TransientError as exc:
                 if rng is not None and rng.pos != before:
                     tries = 0
                 tries += 1
@@ -398,21 +302,21 @@ class _Fetch:
         with self._open(0, 1) as resp:
             if resp.status != 206:
                 return None
-            first, _, total = _content_range(resp, self.url)
+            first, _, total = content_range(resp, self.url)
             return total if first == 0 else None
 
-    def _stream(self, rng: _Range) -> None:
-        """Fetch what `rng` lacks in one request; a short answer is a _TransientError."""
+    def _stream(self, rng: Range) -> None:
+        """Fetch what `rng` lacks in one request; a short answer is a TransientError."""
         if rng.complete:
             return
         try:  # one stream asks for the rest of the file, a split one for its range
             resp = self._open(rng.pos, rng.end if self.split else None)
-        except _UnsatisfiableError as exc:
+        except UnsatisfiableError as exc:
             self._past_the_end(rng, exc.total)
             return
         with resp:
             if resp.status == 206:
-                first, last, total = _content_range(resp, self.url)
+                first, last, total = content_range(resp, self.url)
                 if first != rng.pos:
                     raise SciperfError(f"{self.url}: asked for bytes from {rng.pos}, the "
                                        f"server sent them from {first}")
@@ -433,7 +337,7 @@ class _Fetch:
                 rng.end = self.total
             self._copy(resp, rng, length)
 
-    def _copy(self, resp: http.client.HTTPResponse, rng: _Range, length: int | None) -> None:
+    def _copy(self, resp: http.client.HTTPResponse, rng: Range, length: int | None) -> None:
         """The answer's body into the ``.part`` at `rng`'s position: `length` bytes (the
         answer's; None: up to the end of the stream), at most what `rng` lacks."""
         view = memoryview(bytearray(BLOCK))
@@ -448,7 +352,7 @@ class _Fetch:
             try:
                 n = resp.readinto(view[:room])
             except (OSError, http.client.HTTPException) as exc:
-                raise _TransientError(f"connection lost after {rng.pos} bytes "
+                raise TransientError(f"connection lost after {rng.pos} bytes "
                                       f"({first_line(exc)})") from None
             if not n:
                 break
@@ -466,10 +370,10 @@ class _Fetch:
             rng.end = rng.pos
             self.total = rng.end if self.total is None else self.total
         if (want is not None and got < want) or not rng.complete:
-            raise _TransientError(f"connection lost after {rng.pos} of "
+            raise TransientError(f"connection lost after {rng.pos} of "
                                   f"{self.total if self.total is not None else '?'} bytes")
 
-    def _past_the_end(self, rng: _Range, total: int | None) -> None:
+    def _past_the_end(self, rng: Range, total: int | None) -> None:
         """416: a resumed stream asked from past the end — complete when the ``.part`` is
         exactly the file's length, else it starts again from zero."""
         if not self.split and total is not None and rng.pos == total:
@@ -495,7 +399,7 @@ class _Fetch:
             self.progress.total = total
 
     def _open(self, start: int, end: int | None) -> http.client.HTTPResponse:
-        return _open(self.url, start, end, self.timeout_s, self.dest)
+        return open_range(self.url, start, end, self.timeout_s, self.dest)
 
     # -- the file -----------------------------------------------------------------------
 
@@ -555,76 +459,3 @@ class _Fetch:
                 os.fsync(self.fd)
             os.close(self.fd)
             self.fd = -1
-
-
-class _UnsatisfiableError(Exception):
-    """HTTP 416 with the file's length (None when the server does not say it)."""
-
-    def __init__(self, total: int | None):
-        super().__init__(total)
-        self.total = total
-
-
-def _open(url: str, start: int, end: int | None, timeout_s: float,
-          dest: Path) -> http.client.HTTPResponse:
-    """GET `url` (bytes from `start`, up to `end` exclusive when given) with a socket
-    timeout. Errors another try may cure are _TransientError; the rest one line."""
-    headers = {"User-Agent": f"sciperf/{__version__}", "Accept-Encoding": "identity"}
-    if start or end is not None:
-        headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        return urllib.request.urlopen(request, timeout=timeout_s)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code == 416:
-            total = (exc.headers.get("Content-Range") or "").rpartition("/")[2]
-            raise _UnsatisfiableError(int(total) if total.isdigit() else None) from None
-        if exc.code >= 500 or exc.code in RETRY_STATUS:
-            raise _TransientError(f"HTTP {exc.code} {exc.reason}") from None
-        raise SciperfError(f"{url}: HTTP {exc.code} {exc.reason} (for {dest})") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            raise SciperfError(f"{url}: {exc.reason}") from None
-        raise _TransientError(first_line(exc.reason) if isinstance(exc.reason, BaseException)
-                              else str(exc.reason)) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise _TransientError(first_line(exc)) from None
-    except ValueError as exc:
-        raise SciperfError(f"{url}: not a URL that can be fetched ({exc})") from None
-
-
-def _content_range(resp: http.client.HTTPResponse, url: str) -> tuple[int, int, int | None]:
-    """(first, last, total) of a 206's ``Content-Range: bytes first-last/total``."""
-    text = resp.headers.get("Content-Range", "")
-    unit, _, spec = text.partition(" ")
-    span, _, total = spec.partition("/")
-    first, _, last = span.partition("-")
-    if unit != "bytes" or not (first.isdigit() and last.isdigit()):
-        raise SciperfError(f"{url}: a partial answer without a usable Content-Range "
-                           f"({text!r})")
-    return int(first), int(last), int(total) if total.isdigit() else None
-
-
-def _read_state(dest: Path, size: int | None) -> list[_Range] | None:
-    """A split fetch's ranges from ``dest.part.json`` when they describe this file and its
-    ``.part`` (they tile [0, size), none is done past its end, the ``.part`` reaches as far
-    as they say), else None."""
-    path = state_of(dest)
-    if not (path.is_file() and part_of(dest).is_file()):
-        return None
-    try:
-        record = jsondata.loads(path.read_text())
-        total = record["size"]
-        ranges = [_Range(int(s), int(e), int(d)) for s, e, d in record["ranges"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(total, int) or (size is not None and total != size) or not ranges:
-        return None
-    edge = 0
-    for r in ranges:
-        if r.start != edge or r.end is None or not 0 <= r.done <= r.end - r.start:
-            return None
-        edge = r.end
-    reach = max((r.pos for r in ranges if r.done), default=0)
-    return ranges if edge == total and part_of(dest).stat().st_size >= reach else None

@@ -25,8 +25,10 @@ from typing import Any
 
 from sciperf import jsondata
 from sciperf.data import atomic, filemanifest
-from sciperf.data.download import fetch, held, human, mirrored
+from sciperf.data.byte_progress import human
+from sciperf.data.download import fetch, mirrored
 from sciperf.data.layout import check_output_dir
+from sciperf.data.part_file import held
 from sciperf.data.sources import DataPart, DataSources, RemoteFile
 from sciperf.data.unpack import unpack, unpacked_marker
 from sciperf.errors import SciperfError
