@@ -31,7 +31,8 @@ SMALL = ["experiment=mini", "data.train_samples=64", "data.eval_samples=32",
 
 def _ranks_of(launcher: int) -> dict[int, int]:
     """Rank → pid of the processes below `launcher` whose environment sets RANK."""
-    parents, ranks = {}, {}
+    parents: dict[int, int] = {}
+    ranks: list[tuple[int, int]] = []  # every process's: another test's launch has ranks too
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -42,7 +43,7 @@ def _ranks_of(launcher: int) -> dict[int, int]:
             continue
         for item in env:
             if item.startswith(b"RANK="):
-                ranks[int(item[5:])] = int(proc.name)
+                ranks.append((int(item[5:]), int(proc.name)))
 
     def below(pid: int) -> bool:
         while pid > 1:
@@ -50,7 +51,7 @@ def _ranks_of(launcher: int) -> dict[int, int]:
             if pid == launcher:
                 return True
         return False
-    return {rank: pid for rank, pid in ranks.items() if below(pid)}
+    return {rank: pid for rank, pid in ranks if below(pid)}
 
 
 def _alive(pid: int) -> bool:
