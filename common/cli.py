@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sciperf.cli_args import VERBS, parse, verb
-from sciperf.console import whole_lines
+from sciperf.console import silence_stdout, whole_lines
+from sciperf.distributed import ignore_terminations
 from sciperf.errors import SciperfError
 
 
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_options(args)
         return VERBS[args.verb].run(args)
     except BrokenPipeError:  # `sciperf score … | head`: the reader left, as for SIGPIPE
-        _silence_stdout()
+        silence_stdout()
         return 128 + signal.SIGPIPE
     except SciperfError as exc:
         if debug:
@@ -424,8 +425,10 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" ({records})" if records else ""), file=sys.stderr)
         return 128 + exc.signum  # as the shell reports a process the signal ended
     finally:
-        if argv is None:  # the console script: only the interpreter's exit is left
-            _ignore_late_signals()
+        if argv is None:  # the console script: only the interpreter's exit is left; a
+            # SIGTERM now (a launcher stopping every rank after one failed) has nothing left
+            # to stop, and Terminated raised inside atexit would print a traceback
+            ignore_terminations()
 
 
 def _which_rank() -> str:
@@ -437,23 +440,6 @@ def _which_rank() -> str:
     except (SciperfError, ValueError, KeyError):  # no job around this process: say nothing
         return ""
     return f" (rank {info.rank} of {info.world})" if info.world > 1 else ""
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush into the closed pipe does
-    not print a second BrokenPipeError."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-def _ignore_late_signals() -> None:
-    """The verb has returned (records written, last line printed): a SIGTERM/SIGHUP now —
-    a launcher stopping every rank after one failed — has nothing left to stop, and
-    raising Terminated inside the interpreter's exit (atexit, logging's flush) would
-    print a traceback. The process ends with the status it already has."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

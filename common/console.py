@@ -1,4 +1,5 @@
-"""Lines on stderr reach the file descriptor in one write each.
+"""The console's streams: lines on stderr reach the file descriptor in one write each;
+stdout is let go when its reader left.
 
 Under mpirun and srun every rank's stderr merges into one stream, cut where each write
 ends. `print(text)` writes the text and its newline apart on an unbuffered stream, so a
@@ -8,6 +9,7 @@ line of another rank can land between them ("…ETA 0.0ssciperf data convert: er
 from __future__ import annotations
 
 import io
+import os
 import sys
 from typing import TextIO
 
@@ -26,3 +28,11 @@ def whole_lines(stream: TextIO | None = None) -> None:
     out = sys.stderr if stream is None else stream
     if isinstance(out, io.TextIOWrapper):
         out.reconfigure(line_buffering=True, write_through=False)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into the closed pipe does
+    not print a second BrokenPipeError (`sciperf score … | head`: the reader left)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -319,11 +319,12 @@ def end_stopped_siblings(env: Mapping[str, str] | None = None,
 
 
 def ignore_terminations() -> None:
-    """SIGTERM/SIGHUP ignored for the rest of the process: a rank that lost its peer has
-    written its records and ends with the line naming the cause; the launcher's SIGTERM,
-    sent when it sees a sibling end (one this rank ended), would otherwise land anywhere
-    on the way out — as "terminated by SIGTERM" in place of that line, or a traceback
-    after it. SIGKILL still can; signals are only ours to set in the main thread."""
+    """SIGTERM/SIGHUP ignored for the rest of the process, once it has nothing left to stop:
+    a rank that lost its peer has written its records and ends with the line naming the
+    cause, a verb that returned has printed its last line. A launcher's SIGTERM (sent when
+    it sees a sibling end) would otherwise land anywhere on the way out — as "terminated
+    by SIGTERM" in place of that line, or a traceback inside the interpreter's exit.
+    SIGKILL still can; signals are only ours to set in the main thread."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
