@@ -37,7 +37,7 @@ from sciperf.data.http_range import (
     content_range,
     open_range,
 )
-from sciperf.data.part_file import Range, part_of, read_state, state_of
+from sciperf.data.part_file import Range, discard, mismatch, part_of, read_state, state_of
 from sciperf.data.unpack import BadArchiveError
 from sciperf.errors import SciperfError, first_line
 
@@ -104,43 +104,22 @@ def fetch(url: str, dest: Path, *, size: int | None = None, md5: str | None = No
         job.close()
         bar.finish()
     digests = job.digests()
-    problem = _mismatch(part, job.total, size, md5, sha256, digests)
+    problem = mismatch(part, job.total, size, md5, sha256, digests)
     if problem:
-        _discard(dest)
+        discard(dest)
         raise SciperfError(f"{url}: {problem}; {part.name} is removed, run again to fetch "
                            "it anew")
     if check is not None:
         try:
             check(part, digests["sha256"])
         except BadArchiveError:
-            _discard(dest)
+            discard(dest)
             raise
     with atomic.failing_as(dest):
         os.replace(part, dest)
     with contextlib.suppress(FileNotFoundError):
         state_of(dest).unlink()
     return digests["sha256"]
-
-
-def _mismatch(part: Path, total: int | None, size: int | None, md5: str | None,
-              sha256: str | None, digests: dict[str, str]) -> str:
-    """What is wrong with a complete `.part` ("" when it is the published file)."""
-    got = part.stat().st_size
-    if size is not None and got != size:
-        return f"{got} bytes received, {size} published"
-    if total is not None and got != total:
-        return f"{got} bytes received, the server announced {total}"
-    for name, want in (("md5", md5), ("sha256", sha256)):
-        if want is not None and digests[name] != want.lower():
-            return f"{name} {digests[name]} does not match the published {want}"
-    return ""
-
-
-def _discard(dest: Path) -> None:
-    """A complete but unusable ``.part`` and its state gone."""
-    for path in (part_of(dest), state_of(dest)):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
 
 
 class _Fetch:

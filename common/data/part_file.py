@@ -7,6 +7,7 @@ so a killed download resumes every range where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,3 +75,24 @@ def read_state(dest: Path, size: int | None) -> list[Range] | None:
         edge = r.end
     reach = max((r.pos for r in ranges if r.done), default=0)
     return ranges if edge == total and part_of(dest).stat().st_size >= reach else None
+
+
+def mismatch(part: Path, total: int | None, size: int | None, md5: str | None,
+             sha256: str | None, digests: dict[str, str]) -> str:
+    """What is wrong with a complete `.part` ("" when it is the published file)."""
+    got = part.stat().st_size
+    if size is not None and got != size:
+        return f"{got} bytes received, {size} published"
+    if total is not None and got != total:
+        return f"{got} bytes received, the server announced {total}"
+    for name, want in (("md5", md5), ("sha256", sha256)):
+        if want is not None and digests[name] != want.lower():
+            return f"{name} {digests[name]} does not match the published {want}"
+    return ""
+
+
+def discard(dest: Path) -> None:
+    """A complete but unusable ``.part`` and its state gone."""
+    for path in (part_of(dest), state_of(dest)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
